@@ -541,6 +541,7 @@ def build_report(raw, args, source):
                 s["error"] = entry["error"]
             report["scenarios"][name] = s
         report["policy"] = judge_policy(raw["scenarios"])
+        report["policy"]["device"] = report["device"]
         report["verdict"], report["exit_code"], report["reason"] = \
             decide(report["scenarios"], report["policy"], args.strict_policy)
     if args.hunt_fix:
@@ -730,11 +731,15 @@ def policy_line(policy):
         return "policy (MUST_SAVE aten.mm): %s" % policy.get("reason", "not measured")
     c = policy["backward_matmuls"]
     word = {True: "RECOMPUTED (policy ignored)", False: "saved", None: "not measured"}
+    if policy.get("device") == "cpu":
+        word[None] += " (on CPU only matmuls inside compiled code can be counted)"
+    parts = []
+    for name in ("with_context", "workaround"):
+        n = c.get(name)
+        parts.append("%s %s -> %s" % (name, "-" if n is None else n,
+                                      word[policy["%s_matmul_recomputed_in_backward" % name]]))
     return ("policy (MUST_SAVE aten.mm), matmuls computed in one backward: %d where the forward "
-            "matmul is saved; with_context %s -> %s; workaround %s -> %s" % (
-                policy["baseline"], c.get("with_context", "-"),
-                word[policy["with_context_matmul_recomputed_in_backward"]], c.get("workaround", "-"),
-                word[policy["workaround_matmul_recomputed_in_backward"]]))
+            "matmul is saved; %s" % (policy["baseline"], "; ".join(parts)))
 
 
 def verdict_line(report):

@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""Bisect PyTorch builds with the repro script's verdict (pytorch/pytorch#161889).
+
+Nightlies, inside a clone of pytorch/pytorch on its `nightly` branch (one commit per nightly):
+
+    git bisect start --term-old broken --term-new fixed <fixed-nightly> <broken-nightly>
+    git bisect run python /path/to/bisect_torch.py nightly-step
+    python /path/to/bisect_torch.py nightly-range        # the main-branch commits to read
+
+Released versions, from PyPI, where nightlies have been pruned:
+
+    python bisect_torch.py releases 2.8.0 2.12.0
+
+`nightly-step` exits as `git bisect run` wants: 0 for the old term, 1 for the new, 125 to skip a
+nightly that cannot be tested (no wheel for that date, install failure, repro says cannot_test),
+and 128 on a usage error or a bug here, which aborts the bisect. Virtual environments are
+cached per wheel under --cache (default ~/.cache/sac-compile-repro, or $SAC_REPRO_CACHE).
+Stdlib only, besides pip and venv.
+"""
+import argparse
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPRO = os.path.join(HERE, "torch_compile_selective_activation_checkpoint.py")
+DEFAULT_NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly"
+NIGHTLY_SUBJECT = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) nightly release \(([0-9a-f]{40})\)")
+EXIT_OLD, EXIT_NEW, EXIT_SKIP, EXIT_ABORT = 0, 1, 125, 128
+# For each way of bisecting: which repro verdict is the old term (exit 0) and which the new.
+TERMS = {
+    "fix": {"reproduced": EXIT_OLD, "not_reproduced": EXIT_NEW},         # --term-old broken --term-new fixed
+    "regression": {"not_reproduced": EXIT_OLD, "reproduced": EXIT_NEW},  # plain good/bad
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+class Untestable(Exception):
+    """This build cannot be tested: skip it (125), never guess."""
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+def cache_dir(arg):
+    return os.path.abspath(arg or os.environ.get("SAC_REPRO_CACHE")
+                           or os.path.join(os.path.expanduser("~"), ".cache", "sac-compile-repro"))
+
+
+# --------------------------------------------------------------------------- virtual environments
+def venv_python(path):
+    return os.path.join(path, "bin", "python")
+
+
+def ensure_venv(name, pip_args, cache, label):
+    """A cached virtual environment holding one torch. Built under NAME.partial and renamed when
+    complete, so an interrupted install never leaves a half-built environment to be reused."""
+    root = os.path.join(cache, "venvs")
+    final, partial = os.path.join(root, name), os.path.join(root, name + ".partial")
+    if os.path.exists(venv_python(final)):
+        return venv_python(final)
+    os.makedirs(root, exist_ok=True)
+    shutil.rmtree(partial, ignore_errors=True)
+    say("installing %s into %s (a CUDA build is several GB: minutes)" % (label, final))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", partial], check=True)
+        cmd = [venv_python(partial), "-m", "pip", "install", "--disable-pip-version-check", "-q"] + pip_args
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        output = []
+        reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+        reader.start()
+        started = next_note = time.time()
+        while proc.poll() is None:
+            time.sleep(1)
+            if time.time() >= next_note + 30:
+                next_note = time.time()
+                say("  still installing %s: %.1f GB so far, %ds" % (label, du_gb(partial), next_note - started))
+        reader.join(5)
+        if proc.returncode != 0:
+            tail = "".join(l for l in output if "WARNING: Location" not in l)[-1500:]
+            raise Untestable("pip could not install %s:\n%s" % (label, tail.rstrip()))
+        os.rename(partial, final)
+    except BaseException:
+        if "proc" in locals() and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return venv_python(final)
+
+
+def du_gb(path):
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total / 1e9
+
+
+def release_venv(version, cache):
+    return ensure_venv("torch-%s" % version, ["torch==%s" % version], cache, "torch==%s" % version)
+
+
+# --------------------------------------------------------------------------- running the repro
+def run_repro(python, args):
+    """Runs the repro in one environment; returns (exit code, report dict or None)."""
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        cmd = [python, REPRO, "--device", args.device, "--timeout", str(args.timeout), "--json", out]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        report = None
+        if os.path.getsize(out):
+            with open(out) as fh:
+                report = json.load(fh)
+        if proc.returncode not in (0, 1, 125) or report is None:
+            raise RuntimeError("the repro script failed (exit %d); its output ends:\n%s" % (
+                proc.returncode, proc.stdout[-1500:]))
+        return proc.returncode, report
+    finally:
+        os.unlink(out)
+
+
+def evidence(report):
+    s = report.get("scenarios", {})
+    if report["verdict"] == "cannot_test":
+        return report.get("reason", "")
+    parts = []
+    for name in ("without_context", "with_context"):
+        sc = s.get(name, {})
+        ind = [k for k in sc.get("kernels", []) if re.match(r"triton_|(graph_\d+_)?cpp_fused_", k)]
+        what = "compiled" if sc.get("compiled_region_ran") else "eager"
+        extra = ", ".join(ind[:2]) or ", ".join(sc.get("eager_pointwise", {}))
+        parts.append("%s %s%s" % (name, what, " (%s)" % extra if extra else ""))
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- nightlies
+def git(*args):
+    proc = subprocess.run(["git"] + list(args), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UsageError("git %s failed: %s" % (" ".join(args), proc.stderr.strip()))
+    return proc.stdout.strip()
+
+
+def nightly_of(rev):
+    subject = git("log", "-1", "--format=%s", rev)
+    m = NIGHTLY_SUBJECT.match(subject)
+    if not m:
+        raise UsageError("%s is not a commit of pytorch's nightly branch (subject %r, expected "
+                         "'YYYY-MM-DD nightly release (<sha>)'): run this inside a clone on the "
+                         "nightly branch" % (rev, subject))
+    return "%s-%s-%s" % m.group(1, 2, 3), m.group(4)
+
+
+def index_url(args):
+    if args.index:
+        return args.index
+    return "%s/%s" % (DEFAULT_NIGHTLY_INDEX, args.variant)
+
+
+def list_torch_wheels(index):
+    """File names of torch wheels on a PEP 503 index (URL or folder with torch/) or in a flat
+    folder of wheels."""
+    if os.path.isdir(index):
+        folder = os.path.join(index, "torch") if os.path.isdir(os.path.join(index, "torch")) else index
+        return sorted(f for f in os.listdir(folder) if f.endswith(".whl"))
+    url = index.rstrip("/") + "/torch/"
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            page = resp.read().decode("utf-8", "replace")
+    except Exception as e:
+        raise Untestable("could not read the index %s: %s" % (url, e))
+    names = re.findall(r'href="([^"#]+\.whl)', page)
+    return sorted({html.unescape(urllib.parse.unquote(n.rsplit("/", 1)[-1])) for n in names})
+
+
+def python_tag():
+    return "cp%d%d" % sys.version_info[:2]
+
+
+def wheel_for_date(wheels, day):
+    """The wheel built on `day` for this Python and Linux x86_64. The version number changes at
+    branch cuts, so it is read from the listing, never assumed. Several matches: the highest
+    version, then the name, so the choice is deterministic."""
+    stamp = "dev" + day.replace("-", "")
+    tag = python_tag()
+    matches = []
+    for w in wheels:
+        parts = w[:-4].split("-")
+        if len(parts) < 5 or parts[0] != "torch":
+            continue
+        version, py, plat = parts[1], parts[2], parts[-1]
+        if ("." + stamp) not in version or py != tag or not ("x86_64" in plat and "linux" in plat):
+            continue
+        matches.append((version_key(version), w, version))
+    matches.sort(reverse=True)
+    return [(w, v) for _, w, v in matches]
+
+
+def version_key(v):
+    return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.+]", re.sub(r"^(\d+\.\d+\.\d+).*", r"\1", v)))
+
+
+def nightly_step(args):
+    day, main_sha = nightly_of("HEAD")
+    index = index_url(args)
+    try:
+        found = wheel_for_date(list_torch_wheels(index), day)
+        if not found:
+            raise Untestable("no torch wheel for %s and %s on %s (nightlies are pruned after about "
+                             "60 days)" % (day, python_tag(), index))
+        wheel, version = found[0]
+        if len(found) > 1:
+            say("several wheels for %s; taking %s over %s" % (day, wheel, ", ".join(w for w, _ in found[1:])))
+        if os.path.isdir(index):
+            pip_args = ["--no-index", "--find-links", index if not os.path.isdir(
+                os.path.join(index, "torch")) else os.path.join(index, "torch"), "torch==%s" % version]
+        else:
+            pip_args = ["--pre", "--index-url", index, "torch==%s" % version]
+        python = ensure_venv(wheel[:-4], pip_args, cache_dir(args.cache), wheel)
+        code, report = run_repro(python, args)
+    except Untestable as e:
+        say("%s  %-44s  %-12s  cannot_test -> skip (125): %s" % (day, "-", main_sha[:12], e))
+        return EXIT_SKIP
+    if report["verdict"] == "cannot_test":
+        say("%s  %-44s  %-12s  cannot_test -> skip (125): %s" % (
+            day, wheel, (report.get("torch_git_version") or "?")[:12], report.get("reason")))
+        return EXIT_SKIP
+    exit_code = TERMS[args.terms][report["verdict"]]
+    say("%s  %-44s  %-12s  %s -> exit %d  [%s]" % (
+        day, wheel, (report.get("torch_git_version") or "?")[:12], report["verdict"], exit_code,
+        evidence(report)))
+    return exit_code
+
+
+def nightly_range(args):
+    """From the first nightly on the new side to the main-branch commits it brought in."""
+    rev = args.rev
+    if rev is None:
+        for ref in ("refs/bisect/fixed", "refs/bisect/bad", "refs/bisect/new"):
+            if subprocess.run(["git", "rev-parse", "-q", "--verify", ref], capture_output=True).returncode == 0:
+                rev = ref
+                break
+        else:
+            raise UsageError("no finished bisect here: pass the first fixed nightly commit")
+    day, sha = nightly_of(rev)
+    prev_day, prev_sha = nightly_of(rev + "^")
+    say("first nightly on the new side: %s (main %s)" % (day, sha))
+    say("the nightly before it:         %s (main %s)" % (prev_day, prev_sha))
+    say("the change is among these main-branch commits; in a clone of pytorch/pytorch's main:")
+    say("    git log --oneline %s..%s" % (prev_sha, sha))
+    return 0
+
+
+# --------------------------------------------------------------------------- releases
+def pypi_versions():
+    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "torch"],
+                          capture_output=True, text=True)
+    m = re.search(r"Available versions: (.*)", proc.stdout)
+    if not m:
+        raise UsageError("pip index versions torch gave no listing: %s" % proc.stderr.strip()[-300:])
+    return [v.strip() for v in m.group(1).split(",")]
+
+
+def parse_release(v):
+    if not re.fullmatch(r"\d+\.\d+\.\d+", v):
+        raise UsageError("%r is not a release version like 2.8.0" % v)
+    return tuple(int(x) for x in v.split("."))
+
+
+def releases_between(old, new, available):
+    lo, hi = parse_release(old), parse_release(new)
+    if lo >= hi:
+        raise UsageError("OLD (%s) must be older than NEW (%s)" % (old, new))
+    out = sorted({v for v in available if re.fullmatch(r"\d+\.\d+\.\d+", v)
+                  and lo <= parse_release(v) <= hi}, key=parse_release)
+    for v in (old, new):
+        if v not in out:
+            raise UsageError("torch %s is not among pip's listed releases" % v)
+    return out
+
+
+def releases(args):
+    versions = releases_between(args.old, args.new, pypi_versions())
+    say("releases from %s to %s: %s" % (args.old, args.new, ", ".join(versions)))
+    cache = cache_dir(args.cache)
+    verdicts = {}
+
+    def verdict(v):
+        if v not in verdicts:
+            try:
+                code, report = run_repro(release_venv(v, cache), args)
+                verdicts[v] = report["verdict"]
+                say("torch %-8s %-14s (git %s) %s" % (v, report["verdict"],
+                                                     (report.get("torch_git_version") or "?")[:12],
+                                                     evidence(report)))
+            except Untestable as e:
+                verdicts[v] = "cannot_test"
+                say("torch %-8s cannot_test    %s" % (v, e))
+        return verdicts[v]
+
+    base = verdict(args.old)
+    if base == "cannot_test":
+        raise UsageError("OLD %s cannot be tested, so there is nothing to compare with: pick "
+                         "another OLD" % args.old)
+    if verdict(args.new) in (base, "cannot_test"):
+        say("no release between %s and %s changes the verdict from %s" % (args.old, args.new, base))
+        return 1
+    lo, hi = 0, len(versions) - 1  # versions[lo] gives the OLD verdict, versions[hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        # nearest testable release to the middle, as `git bisect skip` would do
+        candidates = sorted(range(lo + 1, hi), key=lambda i: (abs(i - mid), i))
+        probe = next((i for i in candidates if verdict(versions[i]) != "cannot_test"), None)
+        if probe is None:
+            break
+        if verdict(versions[probe]) == base:
+            lo = probe
+        else:
+            hi = probe
+    say("first release whose verdict differs from %s (%s): %s (%s)" % (
+        args.old, base, versions[hi], verdicts[versions[hi]]))
+    untested = [v for v in versions[lo + 1:hi]]
+    if untested:
+        say("could not be tested in between: %s" % ", ".join(untested))
+    return 0
+
+
+# --------------------------------------------------------------------------- command line
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError("%s (see --help)" % message)
+
+
+def parse_args(argv):
+    p = Parser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    common = Parser(add_help=False)
+    common.add_argument("--cache", help="where virtual environments are kept "
+                        "(default $SAC_REPRO_CACHE or ~/.cache/sac-compile-repro)")
+    common.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
+                        help="passed to the repro (default cpu)")
+    common.add_argument("--timeout", type=float, default=900, help="passed to the repro (seconds)")
+    step = sub.add_parser("nightly-step", parents=[common], help="one `git bisect run` step")
+    step.add_argument("--terms", choices=sorted(TERMS), default=os.environ.get("SAC_BISECT_TERMS", "fix"),
+                      help="fix: --term-old broken --term-new fixed (default); regression: good/bad")
+    step.add_argument("--index", default=os.environ.get("SAC_BISECT_INDEX"),
+                      help="PEP 503 index URL, or a folder of wheels (default: PyTorch's nightly "
+                           "index for --variant)")
+    step.add_argument("--variant", default=os.environ.get("SAC_BISECT_VARIANT", "cpu"),
+                      help="nightly build variant: cpu (default), cu126, cu128, ...")
+    rng = sub.add_parser("nightly-range", help="after the bisect: main-branch commits to read")
+    rng.add_argument("rev", nargs="?", help="the first nightly on the new side (default: the bisect's)")
+    rel = sub.add_parser("releases", parents=[common], help="binary search over PyPI releases")
+    rel.add_argument("old")
+    rel.add_argument("new")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        return {"nightly-step": nightly_step, "nightly-range": nightly_range,
+                "releases": releases}[args.command](args)
+    except UsageError as e:
+        print("usage error: %s" % e, file=sys.stderr)
+        return EXIT_ABORT
+    except KeyboardInterrupt:
+        print("interrupted: partial environments removed", file=sys.stderr)
+        return EXIT_ABORT
+    except Exception as e:
+        print("internal error (a bug in bisect_torch.py, not a verdict): %s: %s" % (
+            type(e).__name__, " ".join(str(e).split())[:600]), file=sys.stderr)
+        return EXIT_ABORT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
