@@ -287,7 +287,8 @@ def measure(device_arg, loops_only):
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        return {"status": "cannot_test", "env": describe_environment(torch, "cpu"),
+        env = dict(describe_environment(torch, "cpu"), device="cuda (not available)")
+        return {"status": "cannot_test", "env": env,
                 "reason": "--device cuda was asked for, but this torch sees no CUDA device "
                           "(torch.cuda.is_available() is False); use --device cpu or auto"}
     env = describe_environment(torch, device)
@@ -406,21 +407,21 @@ def run_child(args):
             rc = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
             kill_group(proc)
-            return {"status": "cannot_test", "reason": "the torch under test hung: no result "
-                    "within --timeout %gs (raise it if compilation is slow here)" % args.timeout}, \
-                read_log(log)
+            return {"status": "cannot_test", "show_log": True, "reason": "the torch under test "
+                    "hung: no result within --timeout %gs (raise it if compilation is slow here)"
+                    % args.timeout}, read_log(log)
         except BaseException:
             kill_group(proc)
             raise
         text = read_log(log)
         if rc < 0:
-            return {"status": "cannot_test", "reason": "the torch under test crashed: killed by "
-                    "%s" % signal_name(-rc)}, text
+            return {"status": "cannot_test", "show_log": True, "reason": "the torch under test "
+                    "crashed: killed by %s" % signal_name(-rc)}, text
         with open(out_path) as fh:
             content = fh.read()
         if not content:
-            return {"status": "cannot_test", "reason": "the torch under test exited with code %d "
-                    "before giving a result" % rc}, text
+            return {"status": "cannot_test", "show_log": True, "reason": "the torch under test "
+                    "exited with code %d before giving a result" % rc}, text
         return json.loads(content), text
     finally:
         log.close()
@@ -724,6 +725,20 @@ def scenario_rows(report):
     return rows
 
 
+def loop_kernel_lines(report):
+    """Kernels per NVTX range, the loop index folded: one block per loop of the report."""
+    out = []
+    for range_name, scenario in LOOP_RANGES.items():
+        s = report["scenarios"].get(scenario, {})
+        if "kernel_counts" not in s:
+            continue
+        out.append("%s <0..%d>: %d ranges with kernels, %d ran Inductor kernels" % (
+            range_name, LOOP_COUNT - 1, s["ranges_seen"], s["ranges_with_inductor_kernels"]))
+        for k, n in sorted(s["kernel_counts"].items(), key=lambda kv: (-kv[1], kv[0])):
+            out.append("  %5d x %-12s %s" % (n, classify_kernel(k), abridge(k, 100)))
+    return out
+
+
 def policy_line(policy):
     if not policy:
         return None
@@ -757,6 +772,7 @@ def render_text(report):
         widths = [max(len(r[i]) for r in rows + [header]) for i in range(5)]
         for r in [header] + rows:
             out.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    out += loop_kernel_lines(report)
     line = policy_line(report["policy"])
     if line:
         out.append(line)
@@ -847,11 +863,10 @@ def main(argv=None):
             if raw["status"] == "our_bug":
                 raise RuntimeError("in the measured part: %s" % raw["reason"])
             if raw["status"] == "torch_error":
-                raw = {"status": "cannot_test", "env": raw.get("env"),
+                raw = {"status": "cannot_test", "env": raw.get("env"), "show_log": True,
                        "reason": "the torch under test raised %s" % raw["reason"]}
-                sys.stderr.write(log[-4000:])
-            elif raw["status"] == "cannot_test" and log.strip():
-                sys.stderr.write(log[-2000:])
+            if raw.get("show_log") and log.strip():
+                sys.stderr.write("--- the torch under test printed (last lines):\n%s\n---\n" % log[-3000:])
             if args.loops_only:
                 if raw["status"] != "ok":
                     print("cannot_test: " + raw["reason"])
