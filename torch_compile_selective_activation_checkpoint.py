@@ -123,8 +123,11 @@ COMPILED_REGION_LABELS = ("Torch-Compiled Region", "CompiledFunction", "## Call 
 # The report's f is two multiplies and two adds; run eagerly they show up one op each.
 EAGER_POINTWISE_OPS = ("aten::mul", "aten::add")
 CPU_MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+# Policy-check controls. Plain checkpoint around an eager f is no positive control: its recompute
+# stops early, before the matmul, whose output backward never needs (seen on the H200). Around the
+# compiled f the region re-runs whole, matmul included.
 POLICY_SAVES = ("eager_sac", "compiled_no_checkpoint")
-POLICY_RECOMPUTES = ("eager_checkpoint", "without_context")
+POLICY_RECOMPUTES = ("without_context",)
 
 
 class UsageError(Exception):
@@ -328,10 +331,9 @@ def measure(device_arg, loops_only):
         "workaround": lambda: workaround(x, y),
         # The report's f_compiled again without SAC: shows whether the skip stuck to f.
         "without_context_after_sac": lambda: ns.checkpoint_fn_without_context(ns.f_compiled, x, y),
-        # Policy controls: these save the matmul, those recompute it.
+        # Policy controls that save the matmul; without_context is the one that recomputes it.
         "eager_sac": lambda: sac_of_f(x, y),
         "compiled_no_checkpoint": lambda: f_plain(x, y),
-        "eager_checkpoint": lambda: ns.checkpoint_fn_without_context(ns.f, x, y),
     }
     for name, step in steps.items():
         entry = result["scenarios"][name] = {}
@@ -366,11 +368,15 @@ OUR_BUG_TYPES = (NameError, TypeError, KeyError, IndexError, AttributeError, Val
 
 
 def raised_by_this_script(e):
-    """A Python error whose innermost frame is in this file is ours: it must abort a bisect. One
-    raised inside torch means the torch under test broke: that build cannot be tested."""
-    frames = traceback.extract_tb(e.__traceback__)
-    return bool(frames) and os.path.abspath(frames[-1].filename) == os.path.abspath(__file__) \
-        and isinstance(e, OUR_BUG_TYPES)
+    """Ours (abort the bisect) or the torch under test's (cannot test this build)? Anything that
+    passed through torch's or triton's Python code is theirs; so is a RuntimeError (how torch's
+    C++ reports failures). A plain Python error that never entered torch is a bug here."""
+    packages = [os.path.dirname(m.__file__) + os.sep for m in
+                (sys.modules.get("torch"), sys.modules.get("triton")) if m and getattr(m, "__file__", None)]
+    for frame in traceback.extract_tb(e.__traceback__):
+        if any(os.path.abspath(frame.filename).startswith(p) for p in packages):
+            return False
+    return isinstance(e, OUR_BUG_TYPES)
 
 
 def child_main(args):
@@ -470,8 +476,8 @@ def judge_policy(raw):
     """Was MUST_SAVE(aten.mm) ignored, i.e. did backward compute the forward matmul again?
 
     Trusted only when the controls separate: those that save the matmul (eager SAC, compiled f
-    with no checkpoint) agree on a baseline, and those that recompute it (plain checkpoint, eager
-    or compiled) count more. A subject is "recomputed" when it counts more than that baseline."""
+    with no checkpoint) agree on a baseline, and the one that recomputes it (plain checkpoint
+    around the compiled f) counts more. A subject is "recomputed" when it counts more than that baseline."""
     counts = {k: v.get("backward_matmuls") for k, v in raw.items() if "backward_matmuls" in v}
     saves = {counts.get(k) for k in POLICY_SAVES} - {None}
     recomputes = [counts[k] for k in POLICY_RECOMPUTES if counts.get(k) is not None]
@@ -797,7 +803,7 @@ def render_markdown(report, command):
     if line:
         out += [line, ""]
     out += ["<details><summary>Environment</summary>", "", "```"]
-    out += ["%s: %s" % kv for kv in report["env"].items() if kv[1] is not None]
+    out += ["%s: %s" % kv for kv in report["env"].items() if kv[1] is not None and kv[0] != "collect_env"]
     if report["env"].get("collect_env"):
         out += ["", report["env"]["collect_env"]]
     out += ["```", "", "</details>"]

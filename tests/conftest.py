@@ -1,0 +1,42 @@
+"""Shared helpers: run the repro script as a user would, and cached torch environments."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "torch_compile_selective_activation_checkpoint.py")
+DATA = os.path.join(ROOT, "tests", "data")
+sys.path.insert(0, ROOT)
+
+import bisect_torch  # noqa: E402
+
+
+def run(python, *args, env=None, timeout=900):
+    """Runs the script; returns (exit code, stdout, stderr)."""
+    full_env = dict(os.environ, **(env or {}))
+    proc = subprocess.run([python, SCRIPT] + list(args), capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def run_json(python, tmp_path, *args, **kw):
+    out = tmp_path / "report.json"
+    rc, stdout, stderr = run(python, "--json", str(out), *args, **kw)
+    assert out.exists(), "no JSON written; exit %d\n%s\n%s" % (rc, stdout, stderr)
+    return rc, json.loads(out.read_text()), stdout, stderr
+
+
+@pytest.fixture(scope="session")
+def release_python():
+    """Python of a cached virtual environment with one PyPI torch release (built on first use)."""
+    def get(version):
+        return bisect_torch.release_venv(version, bisect_torch.cache_dir(None))
+    return get
+
+
+def data(*parts):
+    """Files recorded on real hardware (see tests/data/README.md)."""
+    return os.path.join(DATA, *parts)
