@@ -17,12 +17,13 @@ Exit codes (the `git bisect run` contract):
 
 # ---------------------------------------------------------------------------------------------
 # The report's code, as filed. Two changes: NVTX goes through the `nvtx` package (torch.cuda.nvtx
-# raises on CPU-only builds) and the device is a parameter. Lines marked [added] compile outside
+# raises on CPU-only builds) and the device is a parameter. It is cut in two (set-up, loops) so
+# that a loop that raises still leaves the set-up to measure. Lines marked [added] compile outside
 # the capture range and open it, so that the report's `nsys --capture-range=cudaProfilerApi`
 # records the two loops; as filed, the script never calls cudaProfilerStart and nsys captures
 # nothing.
 # ---------------------------------------------------------------------------------------------
-def report_block(device, nvtx):
+def report_setup(device):
     import functools
 
     import torch
@@ -63,9 +64,16 @@ def report_block(device, nvtx):
 
     # Compile the function
     f_compiled = torch.compile(f, fullgraph=True, dynamic=True)
+    return types.SimpleNamespace(**locals())
 
-    # [added] Warm up in the report's order: on affected torch the first call decides, for good,
-    # whether Dynamo compiles f at all. Then open the capture range.
+
+def report_loops(ns, nvtx):
+    torch, device, f_compiled, x, y = ns.torch, ns.device, ns.f_compiled, ns.x, ns.y
+    checkpoint_fn_with_context = ns.checkpoint_fn_with_context
+    checkpoint_fn_without_context = ns.checkpoint_fn_without_context
+
+    # [added] Compile in the report's order, before the capture range: on affected torch, once f
+    # has been called under SAC, Dynamo skips it for good, with or without SAC.
     checkpoint_fn_without_context(f_compiled, x, y)
     checkpoint_fn_with_context(f_compiled, x, y)
     capture_range(torch, device, start=True)
@@ -82,7 +90,6 @@ def report_block(device, nvtx):
         nvtx.pop_range()
 
     capture_range(torch, device, start=False)  # [added]
-    return types.SimpleNamespace(**locals())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +307,7 @@ def measure(device_arg, loops_only):
     except ImportError:
         nvtx, env["nvtx"] = _NoNVTX, "missing (pip install nvtx): NVTX ranges are off"
     try:
-        ns = report_block(device, nvtx)
+        ns = report_setup(device)
     except ImportError as e:
         if "CheckpointPolicy" in str(e) or "create_selective_checkpoint_contexts" in str(e):
             return {"status": "cannot_test", "env": env,
@@ -309,6 +316,12 @@ def measure(device_arg, loops_only):
                               "2.5.0): %s" % (torch.__version__, one_line(e))}
         raise
     result = {"status": "ok", "env": env, "scenarios": {}}
+    try:
+        report_loops(ns, nvtx)
+    except Exception as e:
+        if not refused_to_run_eagerly(e):
+            raise
+        result["loops_error"] = one_line(e)
     if loops_only:
         return result
 
@@ -343,9 +356,11 @@ def measure(device_arg, loops_only):
                 torch, device, lambda: [step() for _ in range(FORWARD_PROFILE_STEPS)]).items())
             entry["forward_us"] = time_forward_us(torch, device, step)
         except Exception as e:
-            if name in ("without_context", "with_context"):
+            if name == "without_context" or (name == "with_context" and not refused_to_run_eagerly(e)):
                 raise
             entry["error"] = one_line(e)  # a failing side scenario must not hide the verdict
+            if refused_to_run_eagerly(e):
+                entry["names"] = []
     for name, step in steps.items():
         entry = result["scenarios"][name]
         if "error" in entry or name == "without_context_after_sac":
@@ -356,6 +371,12 @@ def measure(device_arg, loops_only):
             # e.g. 2.9: backward through checkpoint(compiled f) raises in Dynamo
             entry["backward_error"] = one_line(e)
     return result
+
+
+def refused_to_run_eagerly(e):
+    """From 2.12 on, a fullgraph=True function that Dynamo skips raises instead of running eagerly:
+    the same skip, made loud. Any other exception is the torch under test failing."""
+    return "found no compiled frames" in str(e)
 
 
 def one_line(e):
@@ -505,10 +526,14 @@ def decide(scenarios, policy, strict_policy):
                                                  "ran no compiled code, so this build cannot show "
                                                  "the bug")
     if not case["compiled_region_ran"]:
-        return "reproduced", EXIT_REPRODUCED, ("f_compiled ran eagerly under SAC: no compiled "
-                                               "region, eager %s" % ", ".join(case["eager_pointwise"])
-                                               if case["eager_pointwise"] else
-                                               "f_compiled ran no compiled code under SAC")
+        if case.get("error"):
+            why = "Dynamo skipped f_compiled under SAC and, with fullgraph=True, raised: " + case["error"]
+        elif case["eager_pointwise"]:
+            why = "f_compiled ran eagerly under SAC: no compiled region, eager " + ", ".join(
+                case["eager_pointwise"])
+        else:
+            why = "f_compiled ran no compiled code under SAC"
+        return "reproduced", EXIT_REPRODUCED, why
     if strict_policy:
         ignored = policy.get("with_context_matmul_recomputed_in_backward")
         if ignored is None:
@@ -869,7 +894,7 @@ def main(argv=None):
             if raw["status"] == "our_bug":
                 raise RuntimeError("in the measured part: %s" % raw["reason"])
             if raw["status"] == "torch_error":
-                raw = {"status": "cannot_test", "env": raw.get("env"), "show_log": True,
+                raw = {"status": "cannot_test", "env": raw.get("env") or {}, "show_log": True,
                        "reason": "the torch under test raised %s" % raw["reason"]}
             if raw.get("show_log") and log.strip():
                 sys.stderr.write("--- the torch under test printed (last lines):\n%s\n---\n" % log[-3000:])

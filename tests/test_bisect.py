@@ -1,0 +1,185 @@
+"""bisect_torch.py: the nightly step under a real `git bisect run`, and the release search.
+
+The nightly tests use stub wheels (the only place stubs are used): a `torch` package that loads
+this environment's real torch and, for "broken" dates, reverts the fix in-process (SAC's dispatch
+modes stop opting in with ignore_compile_internals), so the real repro script runs on each step.
+"""
+import base64
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+
+import pytest
+
+from conftest import ROOT
+
+BISECT = os.path.join(ROOT, "bisect_torch.py")
+PYTAG = "cp%d%d" % sys.version_info[:2]
+
+STUB_INIT = '''
+import os, signal, sys
+BEHAVIOUR = {behaviour!r}
+if BEHAVIOUR == "crash":
+    os.kill(os.getpid(), signal.SIGSEGV)
+import importlib.util
+sys.path.append({real_site!r})  # the real torch's own dependencies
+_spec = importlib.util.spec_from_file_location(
+    "torch", os.path.join({real_site!r}, "torch", "__init__.py"),
+    submodule_search_locations=[os.path.join({real_site!r}, "torch")])
+_real = importlib.util.module_from_spec(_spec)
+sys.modules["torch"] = _real
+_spec.loader.exec_module(_real)
+if BEHAVIOUR == "broken":
+    import torch.utils.checkpoint as _cp
+    for _mode in (_cp._CachingTorchDispatchMode, _cp._CachedTorchDispatchMode):
+        _mode.ignore_compile_internals = classmethod(lambda cls: False)
+sys.modules["torch"] = _real
+'''
+
+# date -> what that day's stub wheel does; 04 has no wheel, 08's wheel cannot be installed
+NIGHTLIES = {"01": "broken", "02": "broken", "03": "broken", "04": None, "05": "crash",
+             "06": "broken", "07": "fixed", "08": "uninstallable", "09": "fixed", "10": "fixed"}
+
+
+def build_stub_wheel(folder, day, behaviour):
+    import torch
+    real_site = os.path.dirname(os.path.dirname(torch.__file__))
+    version = "2.10.0.dev202509%s+cpu" % day
+    name = "torch-%s-%s-%s-linux_x86_64.whl" % (version, PYTAG, PYTAG)
+    dist = "torch-%s.dist-info" % version
+    files = {
+        "torch/__init__.py": STUB_INIT.format(behaviour=behaviour, real_site=real_site),
+        dist + "/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: %s\n%s" % (
+            version, "Requires-Dist: no-such-package-anywhere-xyz\n" if behaviour == "uninstallable" else ""),
+        dist + "/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: %s-%s-linux_x86_64\n" % (PYTAG, PYTAG),
+    }
+    record = []
+    with zipfile.ZipFile(os.path.join(folder, name), "w") as z:
+        for path, text in files.items():
+            data = text.encode()
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append("%s,sha256=%s,%d" % (path, digest, len(data)))
+            z.writestr(path, data)
+        record.append(dist + "/RECORD,,")
+        z.writestr(dist + "/RECORD", "\n".join(record) + "\n")
+    return name
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo)] + list(args), check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def nightly_world(tmp_path_factory):
+    """A nightly-style git history, a folder of stub wheels, and a venv cache of its own."""
+    root = tmp_path_factory.mktemp("nightly")
+    wheels, repo = root / "wheels", root / "pytorch"
+    wheels.mkdir()
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "nightly")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    commits = {}
+    for day, behaviour in NIGHTLIES.items():
+        if behaviour:
+            build_stub_wheel(str(wheels), day, behaviour)
+        main_sha = hashlib.sha1(day.encode()).hexdigest()
+        (repo / "version.txt").write_text(day)
+        git(repo, "add", "version.txt")
+        git(repo, "commit", "-q", "-m", "2025-09-%s nightly release (%s)" % (day, main_sha))
+        commits[day] = git(repo, "rev-parse", "HEAD")
+    return {"repo": repo, "wheels": wheels, "cache": root / "cache", "commits": commits}
+
+
+def step(world, day, *extra):
+    git(world["repo"], "checkout", "-q", world["commits"][day])
+    proc = subprocess.run([sys.executable, BISECT, "nightly-step", "--index", str(world["wheels"]),
+                           "--cache", str(world["cache"])] + list(extra),
+                          cwd=world["repo"], capture_output=True, text=True, timeout=900)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_git_bisect_run_finds_the_fixing_nightly(nightly_world):
+    w = nightly_world
+    repo, c = w["repo"], w["commits"]
+    git(repo, "checkout", "-q", "nightly")
+    git(repo, "bisect", "start", "--term-old", "broken", "--term-new", "fixed", c["10"], c["01"])
+    try:
+        proc = subprocess.run(["git", "bisect", "run", sys.executable, BISECT, "nightly-step",
+                               "--index", str(w["wheels"]), "--cache", str(w["cache"])],
+                              cwd=repo, capture_output=True, text=True, timeout=1800)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out
+        assert "%s is the first fixed commit" % c["07"] in out
+        # one line per step: date, wheel, torch git hash, verdict
+        assert "2025-09-07  torch-2.10.0.dev20250907+cpu-" in out and "not_reproduced -> exit 1" in out
+        rng = subprocess.run([sys.executable, BISECT, "nightly-range"], cwd=repo, capture_output=True,
+                             text=True).stdout
+        assert "git log --oneline %s..%s" % (hashlib.sha1(b"06").hexdigest(),
+                                             hashlib.sha1(b"07").hexdigest()) in rng
+    finally:
+        git(repo, "bisect", "reset")
+
+
+@pytest.mark.parametrize("day, rc, says", [
+    ("06", 0, "reproduced -> exit 0"),
+    ("09", 1, "not_reproduced -> exit 1"),
+    ("04", 125, "no torch wheel for 2025-09-04"),
+    ("08", 125, "pip could not install"),
+    ("05", 125, "crashed: killed by SIGSEGV"),
+])
+def test_each_kind_of_nightly_maps_to_its_exit_code(nightly_world, day, rc, says):
+    got, out = step(nightly_world, day)
+    assert got == rc, out
+    assert says in out
+
+
+def test_regression_terms_invert_the_step(nightly_world):
+    got, out = step(nightly_world, "06", "--terms", "regression")
+    assert got == 1 and "reproduced -> exit 1" in out
+
+
+def test_outside_a_nightly_checkout_the_step_aborts(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@e", "-c", "user.name=t",
+                    "commit", "-q", "--allow-empty", "-m", "not a nightly"], check=True)
+    proc = subprocess.run([sys.executable, BISECT, "nightly-step"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode >= 128 and "not a commit of pytorch's nightly branch" in proc.stderr
+
+
+def test_bad_release_arguments_abort():
+    proc = subprocess.run([sys.executable, BISECT, "releases", "2.12.0", "2.8.0"], capture_output=True, text=True)
+    assert proc.returncode >= 128 and "must be older" in proc.stderr
+    proc = subprocess.run([sys.executable, BISECT, "releases", "two", "2.8.0"], capture_output=True, text=True)
+    assert proc.returncode >= 128 and "not a release version" in proc.stderr
+
+
+def test_release_search_finds_the_fix_in_2_10_0():
+    proc = subprocess.run([sys.executable, BISECT, "releases", "2.8.0", "2.12.0"],
+                          capture_output=True, text=True, timeout=3600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "first release whose verdict differs from 2.8.0 (reproduced): 2.10.0 (not_reproduced)" in out
+    assert "torch 2.9.1    reproduced" in out  # the release just before the fix was tested too
+
+
+def test_interrupted_install_leaves_no_half_built_environment(tmp_path):
+    """Ctrl-C while pip downloads a multi-GB torch: no .partial folder and no environment remain."""
+    proc = subprocess.Popen([sys.executable, BISECT, "releases", "2.6.0", "2.7.0", "--cache", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    venvs = tmp_path / "venvs"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (venvs / "torch-2.6.0.partial" / "bin" / "pip").exists():
+        time.sleep(0.5)
+    time.sleep(5)  # pip is now resolving or downloading
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode >= 128, out
+    assert "interrupted" in out
+    assert list(venvs.iterdir()) == [], out

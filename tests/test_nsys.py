@@ -1,0 +1,246 @@
+"""run_nsys.sh and the nsys/ncu analysers: flags, error paths, exit codes, recorded data."""
+import lzma
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, SCRIPT, data, run
+
+WRAPPER = os.path.join(ROOT, "run_nsys.sh")
+
+# Kernel names as nsys prints them for the report's f on an H200 (torch 2.11, cuBLAS of CUDA 13):
+# the Inductor and cuBLAS names come from tests/data; the eager ATen ones are the kernels ATen
+# launches for f's `3 * x + 1` and `2 * y + 1` (mul by a scalar, add a scalar in place of a copy).
+TRITON = ["triton_poi_fused_add_mul_0", "triton_poi_fused_add_mul_1"]
+GEMM = ("void gemmSN_NN_kernel<float, (int)128, (int)2, (int)4, (int)8, (int)5, (int)4, (bool)0, "
+        "cublasGemvTensorStridedBatched<const float>, cublasGemvTensorStridedBatched<const float>, "
+        "cublasGemvTensorStridedBatched<float>>(cublasGemmSmallNParams<T9, T10, T11, T1>)")
+EAGER = ["void at::native::vectorized_elementwise_kernel<(int)4, at::native::AUnaryFunctor<float, float, "
+         "float, at::native::binary_internal::MulFunctor<float>>, std::array<char *, (unsigned long)2>>"
+         "(int, T2, T3)",
+         "void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctorOnSelf_add<float>, "
+         "std::array<char *, (unsigned long)2>>(int, T2, T3)"]
+HEADER = ("NVTX Range,Style,PID,TID,NVTX Inst,Kern Inst,Total Time (ns),Avg (ns),Med (ns),Min (ns),"
+          "Max (ns),StdDev (ns),Kernel Name")
+
+
+def kern_sum_csv(with_context_kernels, prefix=""):
+    rows = [HEADER]
+    for loop, kernels in (("f_compiled_without_context", TRITON + [GEMM]),
+                          ("f_compiled_with_context", with_context_kernels)):
+        for i in range(50):
+            for k in kernels:
+                rows.append('%s%s %d,PushPop,445,445,1,%d,800,800.0,800.0,800,800,0.0,"%s"' % (
+                    prefix, loop, i, 2 if k in EAGER else 1, k))
+    return "\n".join(rows) + "\n"
+
+
+FIXED_CSV = kern_sum_csv(TRITON + [GEMM])
+AFFECTED_CSV = kern_sum_csv(EAGER + [GEMM])
+
+
+@pytest.mark.parametrize("csv_text, rc, verdict", [
+    (FIXED_CSV, 0, "not_reproduced"),
+    (AFFECTED_CSV, 1, "reproduced"),
+    (kern_sum_csv(TRITON + [GEMM], prefix=":"), 0, "not_reproduced"),  # ":range" (default domain)
+], ids=["fixed", "affected", "colon-prefixed-ranges"])
+def test_analyser_judges_per_range_kernels(tmp_path, csv_text, rc, verdict):
+    path = tmp_path / "nvtx_kern_sum.csv"
+    path.write_text(csv_text)
+    got, stdout, _ = run(sys.executable, "--from-nsys", str(path))
+    assert got == rc, stdout
+    assert "VERDICT: %s" % verdict in stdout
+    assert "f_compiled_with_context <0..49>: 50 ranges with kernels" in stdout
+
+
+def test_affected_capture_lists_the_eager_kernels(tmp_path):
+    path = tmp_path / "affected.csv"
+    path.write_text(AFFECTED_CSV)
+    _, stdout, _ = run(sys.executable, "--from-nsys", str(path))
+    block = stdout.split("f_compiled_with_context <0..49>")[1]
+    assert "0 ran Inductor kernels" in block
+    assert "100 x eager_aten" in block and "MulFunctor" in block and "CUDAFunctorOnSelf_add" in block
+    assert "50 x cublas" in block
+
+
+@pytest.mark.parametrize("name", ["stats_nvtx_kern_sum.csv", "capture.sqlite"])
+def test_real_partial_nsys_capture_cannot_be_judged(name):
+    """nsys 2023.4.4 stopped after the first without_context kernels on CUDA 13."""
+    rc, stdout, _ = run(sys.executable, "--from-nsys", data("h200-torch2.11", name))
+    assert rc == 125, stdout
+    assert "f_compiled_without_context (1 of 50 ranges with kernels)" in stdout
+    assert "f_compiled_with_context (0 of 50 ranges with kernels)" in stdout
+
+
+def test_real_ncu_summary_of_the_fixed_torch():
+    rc, stdout, _ = run(sys.executable, "--from-ncu", data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"))
+    assert rc == 0, stdout
+    assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 50 ran Inductor kernels" in stdout
+
+
+def test_real_ncu_summary_with_default_sections(tmp_path):
+    path = tmp_path / "seed.txt"
+    path.write_bytes(lzma.open(data("h200-torch2.11", "seed_script_ncu_per_nvtx.txt.xz")).read())
+    rc, stdout, _ = run(sys.executable, "--from-ncu", str(path))
+    assert rc == 0, stdout
+    assert "50 x inductor     triton_poi_fused_add_mul_0" in stdout
+
+
+# ----------------------------------------------------------------------------- run_nsys.sh
+LEGACY_HELP = textwrap.dedent("""\
+    usage: nsys profile [<args>] [application] [<application args>]
+    \t-s, --sample=
+    \t   Possible values are 'cpu' or 'none'.
+    \t-t, --trace=
+    \t   Possible values are 'cuda', 'nvtx', 'osrt', 'cublas', 'cudnn', 'none'.
+    \t-w, --show-output=
+    \t   Possible values are 'true' or 'false'.
+    """)  # synthetic: an older nsys spelling (sampling named 'cpu', no --stop-on-exit)
+
+FAKE_NSYS = """#!/bin/bash
+echo "nsys $*" >> "$FAKE_LOG"
+case "$1" in
+  --version) echo "NVIDIA Nsight Systems version $FAKE_VERSION" ;;
+  profile)
+    if [ "$2" = "--help" ]; then cat "$FAKE_HELP"; exit 0; fi
+    out=""; prev=""
+    for a in "$@"; do [ "$prev" = "-o" ] && out=$a; prev=$a; done
+    [ -n "$FAKE_WRITE_REPORT" ] && echo fake > "$out.nsys-rep"
+    exit "${FAKE_APP_RC:-0}" ;;
+  stats) cat "$FAKE_CSV" ;;
+esac
+"""
+
+FAKE_NCU = """#!/bin/bash
+echo "ncu $*" >> "$FAKE_LOG"
+cat "$FAKE_NCU_OUT"
+"""
+
+
+@pytest.fixture
+def fake_tools(tmp_path):
+    """A bin folder with fake nsys/ncu that log their arguments; returns a runner."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+
+    def install(name, text):
+        p = bin_dir / name
+        p.write_text(text)
+        p.chmod(p.stat().st_mode | stat.S_IEXEC)
+
+    def wrapper(*args, **env):
+        full = {"PATH": "%s:%s:/usr/bin:/bin" % (bin_dir, os.path.dirname(sys.executable)),
+                "PYTHON": sys.executable, "FAKE_LOG": str(log), "HOME": str(tmp_path)}
+        full.update({k: str(v) for k, v in env.items()})
+        proc = subprocess.run(["bash", WRAPPER] + list(args), capture_output=True, text=True,
+                              env=full, cwd=tmp_path, timeout=120)
+        calls = log.read_text() if log.exists() else ""
+        return proc.returncode, proc.stdout, proc.stderr, calls
+
+    wrapper.install = install
+    wrapper.tmp = tmp_path
+    return wrapper
+
+
+def csv_file(tmp_path, text):
+    p = tmp_path / "stats.csv"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("csv_text, rc", [(FIXED_CSV, 0), (AFFECTED_CSV, 1)], ids=["fixed", "affected"])
+def test_wrapper_respells_legacy_flags_for_nsys_2023(fake_tools, csv_text, rc):
+    fake_tools.install("nsys", FAKE_NSYS)
+    got, stdout, stderr, calls = fake_tools(
+        "--", "--device", "cuda", FAKE_VERSION="2023.4.4.54-234433681190v0",
+        FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"), FAKE_WRITE_REPORT=1,
+        FAKE_CSV=csv_file(fake_tools.tmp, csv_text))
+    assert got == rc, stdout + stderr
+    profile = next(l for l in calls.splitlines() if "--capture-range=" in l)
+    assert "-w true -t cuda,nvtx,cudnn,cublas -s process-tree --capture-range=cudaProfilerApi " \
+           "--capture-range-end=stop --kill=none --force-overwrite true -x true -o " \
+           "torch_compile_selective_activation_checkpoint" in profile
+    assert profile.endswith("--loops-only --device cuda")
+    assert "has no '-s cpu'" in stderr
+    assert "nsys stats -q -r nvtx_kern_sum -f csv -o - --force-export=true " \
+           "torch_compile_selective_activation_checkpoint.nsys-rep" in calls
+
+
+def test_wrapper_keeps_the_reports_spelling_where_nsys_has_it(fake_tools, tmp_path):
+    help_file = tmp_path / "legacy_help.txt"
+    help_file.write_text(LEGACY_HELP)
+    fake_tools.install("nsys", FAKE_NSYS)
+    got, stdout, stderr, calls = fake_tools(
+        "-o", "mine", FAKE_VERSION="2021.1", FAKE_HELP=help_file, FAKE_WRITE_REPORT=1,
+        FAKE_CSV=csv_file(tmp_path, FIXED_CSV))
+    assert got == 0, stdout + stderr
+    profile = next(l for l in calls.splitlines() if "--capture-range=" in l)
+    assert " -s cpu " in profile and " -x " not in profile and "-o mine " in profile
+    assert "no -x/--stop-on-exit" in stderr
+
+
+def test_wrapper_without_a_report_cannot_test(fake_tools):
+    fake_tools.install("nsys", FAKE_NSYS)
+    got, _, stderr, _ = fake_tools(FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"))
+    assert got == 125
+    assert "wrote no report" in stderr
+
+
+def test_wrapper_passes_on_the_repros_cannot_test(fake_tools):
+    fake_tools.install("nsys", FAKE_NSYS)
+    got, _, _, _ = fake_tools(FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+                              FAKE_APP_RC=125)
+    assert got == 125
+
+
+def test_wrapper_judges_a_partial_real_capture_as_cannot_test(fake_tools):
+    fake_tools.install("nsys", FAKE_NSYS)
+    got, stdout, _, _ = fake_tools(FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+                                   FAKE_WRITE_REPORT=1, FAKE_CSV=data("h200-torch2.11", "stats_nvtx_kern_sum.csv"))
+    assert got == 125 and "incomplete evidence" in stdout
+
+
+def test_wrapper_falls_back_to_ncu(fake_tools):
+    fake_tools.install("ncu", FAKE_NCU)
+    got, stdout, stderr, calls = fake_tools(FAKE_NCU_OUT=data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"))
+    assert got == 0, stdout + stderr
+    assert "using Nsight Compute instead" in stderr
+    assert "ncu --nvtx --print-summary per-nvtx --profile-from-start off" in calls
+    assert calls.rstrip().endswith("--loops-only")
+    assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 50 ran Inductor kernels" in stdout
+
+
+def test_wrapper_without_any_profiler_says_what_to_do(fake_tools):
+    got, stdout, stderr, _ = fake_tools()
+    assert got >= 128
+    assert "neither nsys (Nsight Systems) nor ncu" in stderr
+    assert "torch.profiler" in stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--report"], "--report takes exactly one FILE"),
+    (["--report", "missing.nsys-rep"], "report file not found"),
+    (["--report", data("nsys-2023.4.4-profile-help.txt")], "not an nvtx_kern_sum CSV"),
+    (["-o"], "-o needs a report NAME"),
+])
+def test_wrapper_bad_input_aborts(fake_tools, args, message):
+    got, stdout, stderr, _ = fake_tools(*args)
+    assert got >= 128, (stdout, stderr)
+    assert message in stderr and len(stderr.strip().splitlines()) == 1
+
+
+def test_report_of_a_real_sqlite_export(fake_tools):
+    got, stdout, _, _ = fake_tools("--report", data("h200-torch2.11", "capture.sqlite"))
+    assert got == 125 and "f_compiled_with_context (0 of 50" in stdout
+
+
+def test_nsys_rep_without_nsys_is_a_usage_error(tmp_path):
+    rep = tmp_path / "x.nsys-rep"
+    rep.write_text("not really")
+    rc, _, stderr = run(sys.executable, "--from-nsys", str(rep), env={"PATH": "/usr/bin:/bin"})
+    assert rc >= 128 and "needs nsys on PATH" in stderr
