@@ -72,10 +72,9 @@ def report_loops(ns, nvtx):
     checkpoint_fn_with_context = ns.checkpoint_fn_with_context
     checkpoint_fn_without_context = ns.checkpoint_fn_without_context
 
-    # [added] Compile in the report's order, before the capture range: on affected torch, once f
+    # [added] Compile before the capture range opens, without SAC only: on affected torch, once f
     # has been called under SAC, Dynamo skips it for good, with or without SAC.
     checkpoint_fn_without_context(f_compiled, x, y)
-    checkpoint_fn_with_context(f_compiled, x, y)
     capture_range(torch, device, start=True)
 
     # Profile the function calls
@@ -151,7 +150,8 @@ def classify_kernel(name):
         return "inductor"
     if re.search(r"gemm|gemv|xmma|cutlass|nvjet|cublas", name, re.IGNORECASE):
         return "cublas"
-    if "at::native::" in name or name.startswith("aten::"):
+    # nsys and torch.profiler print at::native::..., ncu shortens it to at::...
+    if re.search(r"\bat::", name) or name.startswith("aten::"):
         return "eager_aten"
     return "other"
 
@@ -164,21 +164,32 @@ def is_eager_pointwise(name):
         re.search(r"MulFunctor|AddFunctor|CUDAFunctorOnSelf_add|CUDAFunctor_add", name))
 
 
+def eager_label(name):
+    """aten::mul as is; a CUDA kernel by its functor (MulFunctor, CUDAFunctorOnSelf_add, ...)."""
+    m = re.search(r"\w*Functor\w*", name) if not name.startswith("aten::") else None
+    return m.group(0) + " kernel" if m else abridge(name, 28)
+
+
 def abridge(name, width=48):
-    name = re.sub(r"^void ", "", name)
+    """Kernel names for a table: namespaces and template casts dropped, the functor kept."""
+    name = re.sub(r"^void |\bat::native::|\bat::|\((?:int|unsigned long|bool)\)", "", name)
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
 # --------------------------------------------------------------------------- the child process
-class _NoNVTX:
-    """Stands in when the nvtx package is missing: the verdict needs no NVTX, only nsys does."""
-    @staticmethod
-    def push_range(*args, **kwargs):
-        pass
-
-    @staticmethod
-    def pop_range(*args, **kwargs):
-        pass
+def nvtx_ranges(torch, device):
+    """(NVTX calls for the report's loops, where they go). On CUDA through torch.cuda.nvtx: nsys
+    2023.4.4 on an H200 recorded its ranges and none of the nvtx package's. Where torch has no
+    CUDA, torch.cuda.nvtx raises: the nvtx package then, if installed. The verdict needs none."""
+    if device == "cuda":
+        return types.SimpleNamespace(push_range=torch.cuda.nvtx.range_push,
+                                     pop_range=torch.cuda.nvtx.range_pop), "torch.cuda.nvtx"
+    try:
+        import nvtx
+        return nvtx, "nvtx package"
+    except ImportError:
+        noop = lambda *args, **kwargs: None  # noqa: E731
+        return types.SimpleNamespace(push_range=noop, pop_range=noop), "off (pip install nvtx)"
 
 
 def capture_range(torch, device, start):
@@ -302,10 +313,7 @@ def measure(device_arg, loops_only):
                 "reason": "--device cuda was asked for, but this torch sees no CUDA device "
                           "(torch.cuda.is_available() is False); use --device cpu or auto"}
     env = describe_environment(torch, device)
-    try:
-        import nvtx
-    except ImportError:
-        nvtx, env["nvtx"] = _NoNVTX, "missing (pip install nvtx): NVTX ranges are off"
+    nvtx, env["nvtx"] = nvtx_ranges(torch, device)
     try:
         ns = report_setup(device)
     except ImportError as e:
@@ -530,7 +538,7 @@ def decide(scenarios, policy, strict_policy):
             why = "Dynamo skipped f_compiled under SAC and, with fullgraph=True, raised: " + case["error"]
         elif case["eager_pointwise"]:
             why = "f_compiled ran eagerly under SAC: no compiled region, eager " + ", ".join(
-                case["eager_pointwise"])
+                eager_label(k) for k in case["eager_pointwise"])
         else:
             why = "f_compiled ran no compiled code under SAC"
         return "reproduced", EXIT_REPRODUCED, why
@@ -745,7 +753,7 @@ def scenario_rows(report):
         ran = {True: "yes", False: "no", None: "-"}[s.get("compiled_region_ran")]
         if "ranges_seen" in s:
             ran += " (%d/%d ranges)" % (s["ranges_with_inductor_kernels"], s["ranges_seen"])
-        eager = ", ".join("%s x%d" % (abridge(k, 28), v) for k, v in s.get("eager_pointwise", {}).items()) or "-"
+        eager = ", ".join("%s x%d" % (eager_label(k), v) for k, v in s.get("eager_pointwise", {}).items()) or "-"
         kernels = ", ".join(abridge(k, 34) for k in s.get("kernels", [])[:4]) or "-"
         if len(s.get("kernels", [])) > 4:
             kernels += ", +%d more" % (len(s["kernels"]) - 4)
