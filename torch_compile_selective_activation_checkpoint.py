@@ -166,8 +166,9 @@ def is_eager_pointwise(name):
 
 def eager_label(name):
     """aten::mul as is; a CUDA kernel by its functor (MulFunctor, CUDAFunctorOnSelf_add, ...)."""
-    m = re.search(r"\w*Functor\w*", name) if not name.startswith("aten::") else None
-    return m.group(0) + " kernel" if m else abridge(name, 28)
+    functors = [] if name.startswith("aten::") else [
+        f for f in re.findall(r"\w*Functor\w*", name) if f not in ("AUnaryFunctor", "BUnaryFunctor")]
+    return functors[0] + " kernel" if functors else abridge(name, 28)
 
 
 def abridge(name, width=48):
