@@ -244,3 +244,25 @@ def test_nsys_rep_without_nsys_is_a_usage_error(tmp_path):
     rep.write_text("not really")
     rc, _, stderr = run(sys.executable, "--from-nsys", str(rep), env={"PATH": "/usr/bin:/bin"})
     assert rc >= 128 and "needs nsys on PATH" in stderr
+
+
+@pytest.mark.parametrize("name", ["full_capture.sqlite", "full_nvtx_kern_sum.csv"])
+def test_real_full_nsys_capture_of_the_fixed_torch(name):
+    """run_nsys.sh's capture with nsys 2023.4.4 on the H200: all 100 ranges, Triton in both loops."""
+    rc, stdout, _ = run(sys.executable, "--from-nsys", data("h200-torch2.11", name))
+    assert rc == 0, stdout
+    for loop in ("f_compiled_without_context", "f_compiled_with_context"):
+        assert "%s <0..49>: 50 ranges with kernels, 50 ran Inductor kernels" % loop in stdout
+
+
+def test_real_ncu_summary_with_the_fix_reverted():
+    """H200, torch 2.11 with SAC's ignore_compile_internals reverted in-process: the eager kernels
+    an affected torch launches under SAC."""
+    rc, stdout, _ = run(sys.executable, "--from-ncu",
+                        data("h200-torch2.11-fix-reverted", "ncu_per_nvtx_run_nsys.txt"))
+    assert rc == 1, stdout
+    assert "f_compiled_without_context <0..49>: 50 ranges with kernels, 50 ran Inductor kernels" in stdout
+    assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 0 ran Inductor kernels" in stdout
+    assert "100 x eager_aten   vectorized_elementwise_kernel<4, AUnaryFunctor<float, float, float, " \
+           "binary_internal::MulFunctor" in stdout
+    assert "eager MulFunctor kernel, CUDAFunctorOnSelf_add kernel" in stdout
