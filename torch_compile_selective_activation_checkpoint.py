@@ -322,7 +322,7 @@ def measure(device_arg, loops_only):
             return {"status": "cannot_test", "env": env,
                     "reason": "torch %s lacks the public SAC API the report imports "
                               "(CheckpointPolicy, create_selective_checkpoint_contexts ship from "
-                              "2.5.0): %s" % (torch.__version__, one_line(e))}
+                              "2.5.0): %s" % (torch.__version__, re.sub(r" \(\S*\)$", "", one_line(e)))}
         raise
     result = {"status": "ok", "env": env, "scenarios": {}}
     try:
@@ -791,8 +791,8 @@ def policy_line(policy):
     parts = []
     for name in ("with_context", "workaround"):
         n = c.get(name)
-        parts.append("%s %s -> %s" % (name, "-" if n is None else n,
-                                      word[policy["%s_matmul_recomputed_in_backward" % name]]))
+        verdict = word[policy["%s_matmul_recomputed_in_backward" % name]]
+        parts.append("%s %s" % (name, verdict) if n is None else "%s %s -> %s" % (name, n, verdict))
     return ("policy (MUST_SAVE aten.mm), matmuls computed in one backward: %d where the forward "
             "matmul is saved; %s" % (policy["baseline"], "; ".join(parts)))
 
