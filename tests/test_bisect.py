@@ -171,8 +171,9 @@ def test_release_search_finds_the_fix_in_2_10_0():
 
 def test_interrupted_install_leaves_no_half_built_environment(tmp_path):
     """Ctrl-C while pip downloads a multi-GB torch: no .partial folder and no environment remain."""
+    env = dict(os.environ, PIP_NO_CACHE_DIR="1")  # a real download, however warm pip's cache is
     proc = subprocess.Popen([sys.executable, BISECT, "releases", "2.6.0", "2.7.0", "--cache", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     venvs = tmp_path / "venvs"
     deadline = time.time() + 120
     while time.time() < deadline and not (venvs / "torch-2.6.0.partial" / "bin" / "pip").exists():
@@ -183,3 +184,31 @@ def test_interrupted_install_leaves_no_half_built_environment(tmp_path):
     assert proc.returncode >= 128, out
     assert "interrupted" in out
     assert list(venvs.iterdir()) == [], out
+
+
+def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
+    """The index page as PyTorch's nightly index writes it: quoted '+', hashes, several versions
+    of one date around a branch cut, other Pythons and platforms."""
+    import http.server
+    import threading
+    import bisect_torch
+    names = ["torch-2.9.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl",
+             "torch-2.10.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl",
+             "torch-2.10.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_aarch64.whl",
+             "torch-2.10.0.dev20250801%2Bcpu-cp39-cp39-manylinux_2_28_x86_64.whl",
+             "torch-2.10.0.dev20250802%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl"]
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "index.html").write_text("<html><body>\n" + "\n".join(
+        '<a href="/whl/nightly/cpu/%s#sha256=00ff">%s</a><br/>' % (n.format(t=PYTAG), n.format(t=PYTAG).replace("%2B", "+"))
+        for n in names) + "\n</body></html>")
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path), **k)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wheels = bisect_torch.list_torch_wheels("http://127.0.0.1:%d/" % server.server_port)
+    finally:
+        server.shutdown()
+    found = bisect_torch.wheel_for_date(wheels, "2025-08-01")
+    assert [v for _, v in found] == ["2.10.0.dev20250801+cpu", "2.9.0.dev20250801+cpu"]
+    assert found[0][0] == "torch-2.10.0.dev20250801+cpu-%s-%s-manylinux_2_28_x86_64.whl" % (PYTAG, PYTAG)
+    assert bisect_torch.wheel_for_date(wheels, "2025-08-03") == []
