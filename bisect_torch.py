@@ -15,7 +15,7 @@ Released versions, from PyPI, where nightlies have been pruned:
 nightly that cannot be tested (no wheel for that date, install failure, repro says cannot_test),
 and 128 on a usage error or a bug here, which aborts the bisect. Virtual environments are
 cached per wheel under --cache (default ~/.cache/sac-compile-repro, or $SAC_REPRO_CACHE).
-Stdlib only, besides pip and venv.
+Stdlib only, besides pip, venv and the repro script beside it.
 """
 import argparse
 import html
@@ -31,20 +31,18 @@ import time
 import urllib.parse
 import urllib.request
 
+from torch_compile_selective_activation_checkpoint import EXIT_ABORT, Parser, UsageError, classify_kernel
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPRO = os.path.join(HERE, "torch_compile_selective_activation_checkpoint.py")
 DEFAULT_NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly"
 NIGHTLY_SUBJECT = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) nightly release \(([0-9a-f]{40})\)")
-EXIT_OLD, EXIT_NEW, EXIT_SKIP, EXIT_ABORT = 0, 1, 125, 128
+EXIT_OLD, EXIT_NEW, EXIT_SKIP = 0, 1, 125
 # For each way of bisecting: which repro verdict is the old term (exit 0) and which the new.
 TERMS = {
     "fix": {"reproduced": EXIT_OLD, "not_reproduced": EXIT_NEW},         # --term-old broken --term-new fixed
     "regression": {"not_reproduced": EXIT_OLD, "reproduced": EXIT_NEW},  # plain good/bad
 }
-
-
-class UsageError(Exception):
-    pass
 
 
 class Untestable(Exception):
@@ -77,7 +75,8 @@ def ensure_venv(name, pip_args, cache, label):
     say("installing %s into %s (a CUDA build is several GB: minutes)" % (label, final))
     try:
         subprocess.run([sys.executable, "-m", "venv", partial], check=True)
-        cmd = [venv_python(partial), "-m", "pip", "install", "--disable-pip-version-check", "-q"] + pip_args
+        cmd = [venv_python(partial), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+               "--no-cache-dir"] + pip_args  # the environments are the cache
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output = []
         reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
@@ -144,7 +143,7 @@ def evidence(report):
     parts = []
     for name in ("without_context", "with_context"):
         sc = s.get(name, {})
-        ind = [k for k in sc.get("kernels", []) if re.match(r"triton_|(graph_\d+_)?cpp_fused_", k)]
+        ind = [k for k in sc.get("kernels", []) if classify_kernel(k) == "inductor"]
         what = "compiled" if sc.get("compiled_region_ran") else "eager"
         extra = ", ".join(ind[:2]) or ", ".join(sc.get("eager_pointwise", {}))
         parts.append("%s %s%s" % (name, what, " (%s)" % extra if extra else ""))
@@ -344,11 +343,6 @@ def releases(args):
 
 
 # --------------------------------------------------------------------------- command line
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError("%s (see --help)" % message)
-
-
 def parse_args(argv):
     p = Parser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                formatter_class=argparse.RawDescriptionHelpFormatter)
