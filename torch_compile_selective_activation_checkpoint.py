@@ -99,7 +99,6 @@ def report_loops(ns, nvtx):
 import argparse
 import collections
 import csv
-import io
 import json
 import os
 import platform

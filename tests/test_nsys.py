@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, SCRIPT, data, run
+from conftest import ROOT, data, run
 
 WRAPPER = os.path.join(ROOT, "run_nsys.sh")
 

@@ -1,11 +1,10 @@
 """The script's verdict and exit codes, on real torch builds, on the CPU."""
-import os
 import sys
 import textwrap
 
 import pytest
 
-from conftest import SCRIPT, run, run_json
+from conftest import run, run_json
 
 import torch_compile_selective_activation_checkpoint as repro
 
