@@ -2,7 +2,7 @@
 # The report's Nsight Systems command, made to capture, then judged with the repro's verdict.
 #
 #   ./run_nsys.sh [-o NAME] [-- SCRIPT ARGS]   profile the report's loops, print kernels per NVTX range
-#                                             and the verdict (NAME.nsys-rep, default below)
+#                                             and the verdict (NAME defaults to the script's name)
 #   ./run_nsys.sh --report FILE               judge an existing .nsys-rep, .sqlite or nvtx_kern_sum CSV
 #
 # The report's command was
@@ -25,7 +25,7 @@ die() { echo "run_nsys.sh: $*" >&2; exit 128; }
 note() { echo "run_nsys.sh: $*" >&2; }
 
 case "${1:-}" in
-  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   --report)
     [ $# -eq 2 ] || die "--report takes exactly one FILE (a .nsys-rep, .sqlite or nvtx_kern_sum CSV)"
     exec "$py" "$script" --from-nsys "$2" ;;
