@@ -10,6 +10,7 @@ Nightlies, inside a clone of pytorch/pytorch on its `nightly` branch (one commit
 Released versions, from PyPI, where nightlies have been pruned:
 
     python bisect_torch.py releases 2.8.0 2.12.0
+    python bisect_torch.py matrix 2.4.1 2.5.1 2.9.1 2.10.0   # every one given, no search
 
 `nightly-step` exits as `git bisect run` wants: 0 for the old term, 1 for the new, 125 to skip a
 nightly that cannot be tested (no wheel for that date, install failure, repro says cannot_test),
@@ -296,6 +297,31 @@ def releases_between(old, new, available):
     return out
 
 
+def test_release(version, cache, args):
+    """Runs the repro on one PyPI release, prints one line of evidence, returns the verdict."""
+    try:
+        code, report = run_repro(release_venv(version, cache), args)
+    except Untestable as e:
+        say("torch %-8s cannot_test    %s" % (version, e))
+        return "cannot_test"
+    policy = (report.get("policy") or {}).get("with_context_matmul_recomputed_in_backward")
+    say("torch %-8s %-14s (git %s) exit %d; %s%s" % (
+        version, report["verdict"], (report.get("torch_git_version") or "?")[:12], code, evidence(report),
+        {True: "; policy ignored under with_context", False: "; policy applied under with_context",
+         None: ""}[policy]))
+    return report["verdict"]
+
+
+def matrix(args):
+    """The verdict of each release given, one line each: no search, every one tested."""
+    for v in args.versions:
+        parse_release(v)
+    cache = cache_dir(args.cache)
+    for v in args.versions:
+        test_release(v, cache, args)
+    return 0
+
+
 def releases(args):
     versions = releases_between(args.old, args.new, pypi_versions())
     say("releases from %s to %s: %s" % (args.old, args.new, ", ".join(versions)))
@@ -304,15 +330,7 @@ def releases(args):
 
     def verdict(v):
         if v not in verdicts:
-            try:
-                code, report = run_repro(release_venv(v, cache), args)
-                verdicts[v] = report["verdict"]
-                say("torch %-8s %-14s (git %s) %s" % (v, report["verdict"],
-                                                     (report.get("torch_git_version") or "?")[:12],
-                                                     evidence(report)))
-            except Untestable as e:
-                verdicts[v] = "cannot_test"
-                say("torch %-8s cannot_test    %s" % (v, e))
+            verdicts[v] = test_release(v, cache, args)
         return verdicts[v]
 
     base = verdict(args.old)
@@ -366,6 +384,8 @@ def parse_args(argv):
     rel = sub.add_parser("releases", parents=[common], help="binary search over PyPI releases")
     rel.add_argument("old")
     rel.add_argument("new")
+    mat = sub.add_parser("matrix", parents=[common], help="the verdict of each release given")
+    mat.add_argument("versions", nargs="+", metavar="VERSION")
     return p.parse_args(argv)
 
 
@@ -373,7 +393,7 @@ def main(argv=None):
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         return {"nightly-step": nightly_step, "nightly-range": nightly_range,
-                "releases": releases}[args.command](args)
+                "releases": releases, "matrix": matrix}[args.command](args)
     except UsageError as e:
         print("usage error: %s" % e, file=sys.stderr)
         return EXIT_ABORT

@@ -211,3 +211,13 @@ def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
     assert [v for _, v in found] == ["2.10.0.dev20250801+cpu", "2.9.0.dev20250801+cpu"]
     assert found[0][0] == "torch-2.10.0.dev20250801+cpu-%s-%s-manylinux_2_28_x86_64.whl" % (PYTAG, PYTAG)
     assert bisect_torch.wheel_for_date(wheels, "2025-08-03") == []
+
+
+def test_matrix_gives_each_release_its_verdict():
+    proc = subprocess.run([sys.executable, BISECT, "matrix", "2.4.1", "2.9.1", "2.12.0"],
+                          capture_output=True, text=True, timeout=3600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("torch ")]
+    assert [l.split()[1:3] for l in lines] == [["2.4.1", "cannot_test"], ["2.9.1", "reproduced"],
+                                               ["2.12.0", "not_reproduced"]]
+    assert lines[2].endswith("policy ignored under with_context")
