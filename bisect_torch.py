@@ -32,7 +32,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from torch_compile_selective_activation_checkpoint import EXIT_ABORT, Parser, UsageError, classify_kernel
+from torch_compile_selective_activation_checkpoint import Parser, UsageError, classify_kernel, guarded
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPRO = os.path.join(HERE, "torch_compile_selective_activation_checkpoint.py")
@@ -390,20 +390,11 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    try:
+    def body():
         args = parse_args(sys.argv[1:] if argv is None else argv)
         return {"nightly-step": nightly_step, "nightly-range": nightly_range,
                 "releases": releases, "matrix": matrix}[args.command](args)
-    except UsageError as e:
-        print("usage error: %s" % e, file=sys.stderr)
-        return EXIT_ABORT
-    except KeyboardInterrupt:
-        print("interrupted: partial environments removed", file=sys.stderr)
-        return EXIT_ABORT
-    except Exception as e:
-        print("internal error (a bug in bisect_torch.py, not a verdict): %s: %s" % (
-            type(e).__name__, " ".join(str(e).split())[:600]), file=sys.stderr)
-        return EXIT_ABORT
+    return guarded(body, "bisect_torch.py", interrupted="interrupted: partial environments removed")
 
 
 if __name__ == "__main__":

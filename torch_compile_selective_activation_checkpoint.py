@@ -560,29 +560,33 @@ def hunt_fix_exit(code):
 
 def build_report(raw, args, source):
     """The verdict and its evidence, as written to --json and printed."""
-    report = {"verdict": None, "exit_code": None, "reason": None, "source": source,
-              "torch_version": None, "torch_git_version": None, "device": None,
-              "env": raw.get("env") or {}, "scenarios": {}, "policy": {}}
-    env = report["env"]
-    report["torch_version"], report["torch_git_version"] = env.get("torch"), env.get("torch_git")
-    report["device"] = env.get("device")
+    env = raw.get("env") or {}
+    report = new_report(source, env, env.get("device"))
     if raw["status"] != "ok":
-        report["verdict"], report["exit_code"], report["reason"] = \
-            "cannot_test", EXIT_CANNOT_TEST, raw["reason"]
-    else:
-        for name in SCENARIOS:
-            entry = raw["scenarios"].get(name, {})
-            s = summarize_scenario(entry.get("names", [])) if "names" in entry else \
-                {"compiled_region_ran": None, "kernels": [], "eager_pointwise": {}}
-            s["forward_us"] = entry.get("forward_us")
-            s["kernels_by_class"] = by_class(s.get("kernels", []))
-            if "error" in entry:
-                s["error"] = entry["error"]
-            report["scenarios"][name] = s
-        report["policy"] = judge_policy(raw["scenarios"])
-        report["policy"]["device"] = report["device"]
-        report["verdict"], report["exit_code"], report["reason"] = \
-            decide(report["scenarios"], report["policy"], args.strict_policy)
+        return settle(report, ("cannot_test", EXIT_CANNOT_TEST, raw["reason"]), args)
+    for name in SCENARIOS:
+        entry = raw["scenarios"].get(name, {})
+        s = summarize_scenario(entry.get("names", [])) if "names" in entry else \
+            {"compiled_region_ran": None, "kernels": [], "eager_pointwise": {}}
+        s["forward_us"] = entry.get("forward_us")
+        s["kernels_by_class"] = by_class(s.get("kernels", []))
+        if "error" in entry:
+            s["error"] = entry["error"]
+        report["scenarios"][name] = s
+    report["policy"] = judge_policy(raw["scenarios"])
+    report["policy"]["device"] = report["device"]
+    return settle(report, decide(report["scenarios"], report["policy"], args.strict_policy), args)
+
+
+def new_report(source, env, device):
+    """The keys every report has, in --json and on screen, whatever the evidence."""
+    return {"verdict": None, "exit_code": None, "reason": None, "source": source,
+            "torch_version": env.get("torch"), "torch_git_version": env.get("torch_git"),
+            "device": device, "env": env, "scenarios": {}, "policy": {}}
+
+
+def settle(report, outcome, args):
+    report["verdict"], report["exit_code"], report["reason"] = outcome
     if args.hunt_fix:
         report["exit_code"] = hunt_fix_exit(report["exit_code"])
     return report
@@ -710,12 +714,10 @@ def loop_evidence(rows):
 
 def report_from_rows(rows, args, source):
     loops = loop_evidence(rows)
-    report = {"verdict": None, "exit_code": None, "reason": None, "source": source,
-              "torch_version": None, "torch_git_version": None, "device": "cuda", "env": {},
-              "scenarios": {}, "policy": {
-                  "with_context_matmul_recomputed_in_backward": None,
-                  "workaround_matmul_recomputed_in_backward": None,
-                  "reason": "not measured: the report's loops run forward only"}}
+    report = new_report(source, {}, "cuda")
+    report["policy"] = {"with_context_matmul_recomputed_in_backward": None,
+                        "workaround_matmul_recomputed_in_backward": None,
+                        "reason": "not measured: the report's loops run forward only"}
     missing = ["%s (%d of %d ranges with kernels)" % (name, loops[s]["ranges_seen"], LOOP_COUNT)
                for name, s in LOOP_RANGES.items() if loops[s]["ranges_seen"] < LOOP_COUNT]
     for s, ev in loops.items():
@@ -724,15 +726,9 @@ def report_from_rows(rows, args, source):
     report["scenarios"]["workaround"] = {"compiled_region_ran": None, "kernels": [],
                                          "note": "not in the report's loops"}
     if missing:
-        report["verdict"], report["exit_code"] = "cannot_test", EXIT_CANNOT_TEST
-        report["reason"] = "incomplete evidence in %s: missing ranges for %s" % (
-            source, "; ".join(missing))
-    else:
-        report["verdict"], report["exit_code"], report["reason"] = decide(
-            report["scenarios"], report["policy"], args.strict_policy)
-    if args.hunt_fix:
-        report["exit_code"] = hunt_fix_exit(report["exit_code"])
-    return report
+        return settle(report, ("cannot_test", EXIT_CANNOT_TEST, "incomplete evidence in %s: missing "
+                               "ranges for %s" % (source, "; ".join(missing))), args)
+    return settle(report, decide(report["scenarios"], report["policy"], args.strict_policy), args)
 
 
 # --------------------------------------------------------------------------- output
@@ -884,55 +880,63 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+def guarded(body, whose, interrupted="interrupted"):
+    """Runs a command line's body; usage errors, Ctrl-C and our own bugs exit EXIT_ABORT with one
+    line, so they abort a bisect instead of passing as a verdict."""
     try:
-        args = parse_args(argv)
-        if args.child_out:
-            return child_main(args)
-        if args.json:
-            check_writable(args.json)
-        if args.from_nsys or args.from_ncu:
-            path = args.from_nsys or args.from_ncu
-            rows = load_profile_rows(path, "ncu" if args.from_ncu else "nsys")
-            report = report_from_rows(rows, args, "%s %s" % ("ncu" if args.from_ncu else "nsys", path))
-        else:
-            raw, log = run_child(args)
-            if raw["status"] == "our_bug":
-                raise RuntimeError("in the measured part: %s" % raw["reason"])
-            if raw["status"] == "torch_error":
-                raw = {"status": "cannot_test", "env": raw.get("env") or {}, "show_log": True,
-                       "reason": "the torch under test raised %s" % raw["reason"]}
-            if raw.get("show_log") and log.strip():
-                sys.stderr.write("--- the torch under test printed (last lines):\n%s\n---\n" % log[-3000:])
-            if args.loops_only:
-                if raw["status"] != "ok":
-                    print("cannot_test: " + raw["reason"])
-                    return hunt_fix_exit(EXIT_CANNOT_TEST)
-                print("ran the report's two loops on %s (torch %s); judge them with --from-nsys "
-                      "or --from-ncu" % (raw["env"]["device"], raw["env"]["torch"]))
-                return 0
-            if args.markdown and raw.get("env"):
-                raw["env"]["collect_env"] = collect_env_text()
-            report = build_report(raw, args, "torch.profiler, %s" % raw.get("env", {}).get("device", "?"))
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(report, fh, indent=2, sort_keys=True)
-        if args.markdown:
-            print(render_markdown(report, "python " + " ".join(
-                [os.path.basename(__file__)] + argv)))
-        else:
-            print(render_text(report))
-        return report["exit_code"]
+        return body()
     except UsageError as e:
         print("usage error: %s" % e, file=sys.stderr)
-        return EXIT_ABORT
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_ABORT
+        print(interrupted, file=sys.stderr)
     except Exception as e:
-        print("internal error (a bug in this script, not a verdict): %s" % one_line(e), file=sys.stderr)
-        return EXIT_ABORT
+        print("internal error (a bug in %s, not a verdict): %s" % (whose, one_line(e)), file=sys.stderr)
+    return EXIT_ABORT
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    return guarded(lambda: run(argv), "this script")
+
+
+def run(argv):
+    args = parse_args(argv)
+    if args.child_out:
+        return child_main(args)
+    if args.json:
+        check_writable(args.json)
+    if args.from_nsys or args.from_ncu:
+        path = args.from_nsys or args.from_ncu
+        rows = load_profile_rows(path, "ncu" if args.from_ncu else "nsys")
+        report = report_from_rows(rows, args, "%s %s" % ("ncu" if args.from_ncu else "nsys", path))
+    else:
+        raw, log = run_child(args)
+        if raw["status"] == "our_bug":
+            raise RuntimeError("in the measured part: %s" % raw["reason"])
+        if raw["status"] == "torch_error":
+            raw = {"status": "cannot_test", "env": raw.get("env") or {}, "show_log": True,
+                   "reason": "the torch under test raised %s" % raw["reason"]}
+        if raw.get("show_log") and log.strip():
+            sys.stderr.write("--- the torch under test printed (last lines):\n%s\n---\n" % log[-3000:])
+        if args.loops_only:
+            if raw["status"] != "ok":
+                print("cannot_test: " + raw["reason"])
+                return EXIT_CANNOT_TEST
+            print("ran the report's two loops on %s (torch %s); judge them with --from-nsys "
+                  "or --from-ncu" % (raw["env"]["device"], raw["env"]["torch"]))
+            return 0
+        if args.markdown and raw.get("env"):
+            raw["env"]["collect_env"] = collect_env_text()
+        report = build_report(raw, args, "torch.profiler, %s" % (raw.get("env") or {}).get("device", "?"))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2, sort_keys=True)
+    if args.markdown:
+        print(render_markdown(report, "python " + " ".join(
+            [os.path.basename(__file__)] + argv)))
+    else:
+        print(render_text(report))
+    return report["exit_code"]
 
 
 def check_writable(path):
