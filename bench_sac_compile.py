@@ -13,13 +13,12 @@ import functools
 import statistics
 import sys
 import time
-import types
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint, CheckpointPolicy, create_selective_checkpoint_contexts
 
-from torch_compile_selective_activation_checkpoint import classify_kernel
+from measure import backward_matmuls, fresh_code
 
 MATMULS = [torch.ops.aten.mm.default]
 
@@ -36,17 +35,11 @@ def block(x, norm_w, w_up, w_down):
     return x + F.gelu(h @ w_up, approximate="tanh") @ w_down
 
 
-def fresh(fn):
-    """Own code object per arrangement: Dynamo's cache (and, on affected torch, its sticky skip
-    under SAC) lives on the code object."""
-    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__)
-
-
 def arrangements(has_wrap_option):
     sac = policy_saving(MATMULS)
     compile_ = functools.partial(torch.compile, fullgraph=True)
-    c_plain, c_inner = compile_(fresh(block)), compile_(fresh(block))
-    block_outer = fresh(block)
+    c_plain, c_inner = compile_(fresh_code(block)), compile_(fresh_code(block))
+    block_outer = fresh_code(block)
     c_outer = compile_(lambda *a: checkpoint(block_outer, *a, use_reentrant=False, context_fn=sac))
     out = {
         "eager": block,
@@ -56,7 +49,7 @@ def arrangements(has_wrap_option):
         "compile(sac(block)) [workaround]": c_outer,
     }
     if has_wrap_option:
-        c_wrap = torch.compile(fresh(block), fullgraph=True, options={"wrap_inductor_compiled_regions": True})
+        c_wrap = torch.compile(fresh_code(block), fullgraph=True, options={"wrap_inductor_compiled_regions": True})
         sac_wrap = policy_saving(MATMULS + [torch.ops.higher_order.inductor_compiled_code])
         out["sac(compile(block, wrap_inductor_compiled_regions))"] = \
             lambda *a: checkpoint(c_wrap, *a, use_reentrant=False, context_fn=sac_wrap)
@@ -75,11 +68,15 @@ def make_inputs(args, device):
     return x, params
 
 
-def step(fn, x, params):
+def forward(fn, x, params):
     y = x
     for p in params:
         y = fn(y, *p)
-    y.float().square().mean().backward()
+    return y
+
+
+def step(fn, x, params):
+    forward(fn, x, params).float().square().mean().backward()
 
 
 def grads(fn, x, params):
@@ -123,23 +120,6 @@ def peak_memory_gb(fn, x, params, device):
     return (torch.cuda.max_memory_allocated() - base) / 2 ** 30
 
 
-def backward_matmul_kernels(fn, x, params, device):
-    """Matmul kernels launched during backward. CUDA only: on CPU a matmul served from SAC's
-    cache still shows up as an aten::mm op, so CPU counts would mislead."""
-    if device != "cuda":
-        return None
-    y = x
-    for p in params:
-        y = fn(y, *p)
-    loss = y.float().square().mean()
-    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=acts) as prof:
-        loss.backward()
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events()
-               if not str(e.device_type).endswith("CPU") and classify_kernel(e.name) == "cublas")
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -179,7 +159,7 @@ def main():
         q = statistics.quantiles(times, n=4) if len(times) >= 4 else [min(times), 0, max(times)]
         rows[name] = {"median": statistics.median(times), "p25": q[0], "p75": q[-1],
                       "mem": peak_memory_gb(fn, x, params, args.device),
-                      "bwd_mm": backward_matmul_kernels(fn, x, params, args.device)}
+                      "bwd_mm": backward_matmuls(lambda: forward(fn, x, params), args.device)}
     base = rows["compile(sac(block)) [workaround]"]
     print("%-55s %12s %17s %8s %10s %8s %13s" % ("arrangement", "fwd+bwd ms", "p25-p75 ms",
                                                  "x time", "peak GiB", "x mem", "bwd matmuls"))

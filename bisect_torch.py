@@ -32,18 +32,14 @@ import time
 import urllib.parse
 import urllib.request
 
-from torch_compile_selective_activation_checkpoint import Parser, UsageError, classify_kernel, guarded
+from cli import guarded, Parser
+from render import release_table_markdown
+from verdict import CASE, classify_kernel, CONTROL, EXIT_CANNOT_TEST, TERMS, UsageError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPRO = os.path.join(HERE, "torch_compile_selective_activation_checkpoint.py")
 DEFAULT_NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly"
 NIGHTLY_SUBJECT = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) nightly release \(([0-9a-f]{40})\)")
-EXIT_OLD, EXIT_NEW, EXIT_SKIP = 0, 1, 125
-# For each way of bisecting: which repro verdict is the old term (exit 0) and which the new.
-TERMS = {
-    "fix": {"reproduced": EXIT_OLD, "not_reproduced": EXIT_NEW},         # --term-old broken --term-new fixed
-    "regression": {"not_reproduced": EXIT_OLD, "reproduced": EXIT_NEW},  # plain good/bad
-}
 
 
 class Untestable(Exception):
@@ -75,7 +71,11 @@ def ensure_venv(name, pip_args, cache, label):
     shutil.rmtree(partial, ignore_errors=True)
     say("installing %s into %s (a CUDA build is several GB: minutes)" % (label, final))
     try:
-        subprocess.run([sys.executable, "-m", "venv", partial], check=True)
+        venv = subprocess.run([sys.executable, "-m", "venv", partial], capture_output=True, text=True)
+        if venv.returncode != 0:
+            raise UsageError("%s -m venv failed, and each torch under test needs its own virtual "
+                             "environment: on Debian or Ubuntu, install python3-venv (%s)" % (
+                                 sys.executable, " ".join(venv.stdout.split() + venv.stderr.split())[-200:]))
         cmd = [venv_python(partial), "-m", "pip", "install", "--disable-pip-version-check", "-q",
                "--no-cache-dir"] + pip_args  # the environments are the cache
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -138,16 +138,19 @@ def run_repro(python, args):
 
 
 def evidence(report):
-    s = report.get("scenarios", {})
+    """One line of what ran: per scenario, how many calls ran compiled code, and what."""
     if report["verdict"] == "cannot_test":
         return report.get("reason", "")
     parts = []
-    for name in ("without_context", "with_context"):
-        sc = s.get(name, {})
-        ind = [k for k in sc.get("kernels", []) if classify_kernel(k) == "inductor"]
-        what = "compiled" if sc.get("compiled_region_ran") else "eager"
-        extra = ", ".join(ind[:2]) or ", ".join(sc.get("eager_pointwise", {}))
-        parts.append("%s %s%s" % (name, what, " (%s)" % extra if extra else ""))
+    for name in (CONTROL, CASE):
+        sc = report["scenarios"][name]
+        ind = [k for k in sc["kernels"] if classify_kernel(k) == "inductor"]
+        extra = ", ".join(ind[:2]) or ", ".join(sc["eager_pointwise"])
+        parts.append("%s %d/%d compiled%s" % (name, sc["compiled_calls"], len(sc["calls"]),
+                                             " (%s)" % extra if extra else ""))
+    policy = (report.get("policy") or {}).get("with_context_matmul_recomputed_in_backward")
+    parts[-1] += {True: "; policy ignored under with_context", False: "; policy applied under with_context",
+                  None: ""}[policy]
     return "; ".join(parts)
 
 
@@ -175,12 +178,15 @@ def index_url(args):
     return "%s/%s" % (DEFAULT_NIGHTLY_INDEX, args.variant)
 
 
+def wheel_folder(index):
+    """A local index: a folder with torch/ in it (PEP 503 layout), or a flat folder of wheels."""
+    return os.path.join(index, "torch") if os.path.isdir(os.path.join(index, "torch")) else index
+
+
 def list_torch_wheels(index):
-    """File names of torch wheels on a PEP 503 index (URL or folder with torch/) or in a flat
-    folder of wheels."""
+    """File names of torch wheels on a PEP 503 index (URL or folder) or in a flat folder of wheels."""
     if os.path.isdir(index):
-        folder = os.path.join(index, "torch") if os.path.isdir(os.path.join(index, "torch")) else index
-        return sorted(f for f in os.listdir(folder) if f.endswith(".whl"))
+        return sorted(f for f in os.listdir(wheel_folder(index)) if f.endswith(".whl"))
     url = index.rstrip("/") + "/torch/"
     try:
         with urllib.request.urlopen(url, timeout=60) as resp:
@@ -215,12 +221,14 @@ def wheel_for_date(wheels, day):
 
 
 def version_key(v):
-    return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.+]", re.sub(r"^(\d+\.\d+\.\d+).*", r"\1", v)))
+    return tuple(int(x) for x in re.match(r"\d+\.\d+\.\d+", v).group(0).split("."))
 
 
 def nightly_step(args):
     day, main_sha = nightly_of("HEAD")
+    head = git("rev-parse", "HEAD")
     index = index_url(args)
+    wheel = "-"
     try:
         found = wheel_for_date(list_torch_wheels(index), day)
         if not found:
@@ -230,19 +238,20 @@ def nightly_step(args):
         if len(found) > 1:
             say("several wheels for %s; taking %s over %s" % (day, wheel, ", ".join(w for w, _ in found[1:])))
         if os.path.isdir(index):
-            pip_args = ["--no-index", "--find-links", index if not os.path.isdir(
-                os.path.join(index, "torch")) else os.path.join(index, "torch"), "torch==%s" % version]
+            pip_args = ["--no-index", "--find-links", wheel_folder(index), "torch==%s" % version]
         else:
             pip_args = ["--pre", "--index-url", index, "torch==%s" % version]
         python = ensure_venv(wheel[:-4], pip_args, cache_dir(args.cache), wheel)
-        code, report = run_repro(python, args)
+        _, report = run_repro(python, args)
+        tested = report.get("torch_git_version") or ""
+        # A nightly wheel reports the nightly-branch commit it was built from, or its main sha
+        if report["verdict"] != "cannot_test" and tested not in (head, main_sha):
+            raise Untestable("the installed wheel's torch.version.git_version %s is not the nightly "
+                             "under test (HEAD %s, main %s): a wrong wheel would be a wrong step"
+                             % (tested or "(none)", head, main_sha))
     except Untestable as e:
-        say("%s  %-44s  %-12s  cannot_test -> skip (125): %s" % (day, "-", main_sha[:12], e))
-        return EXIT_SKIP
-    if report["verdict"] == "cannot_test":
-        say("%s  %-44s  %-12s  cannot_test -> skip (125): %s" % (
-            day, wheel, (report.get("torch_git_version") or "?")[:12], report.get("reason")))
-        return EXIT_SKIP
+        say("%s  %-44s  %-12s  cannot_test -> skip (125): %s" % (day, wheel, main_sha[:12], e))
+        return EXIT_CANNOT_TEST
     exit_code = TERMS[args.terms][report["verdict"]]
     say("%s  %-44s  %-12s  %s -> exit %d  [%s]" % (
         day, wheel, (report.get("torch_git_version") or "?")[:12], report["verdict"], exit_code,
@@ -297,40 +306,46 @@ def releases_between(old, new, available):
     return out
 
 
-def test_release(version, cache, args):
+def test_release(version, cache, args, table):
     """Runs the repro on one PyPI release, prints one line of evidence, returns the verdict."""
     try:
         code, report = run_repro(release_venv(version, cache), args)
     except Untestable as e:
         say("torch %-8s cannot_test    %s" % (version, e))
+        table.append((version, "-", "`cannot_test`", "125", str(e).splitlines()[0]))
         return "cannot_test"
-    policy = (report.get("policy") or {}).get("with_context_matmul_recomputed_in_backward")
-    say("torch %-8s %-14s (git %s) exit %d; %s%s" % (
-        version, report["verdict"], (report.get("torch_git_version") or "?")[:12], code, evidence(report),
-        {True: "; policy ignored under with_context", False: "; policy applied under with_context",
-         None: ""}[policy]))
+    git_version = (report.get("torch_git_version") or "?")[:12]
+    say("torch %-8s %-14s (git %s) exit %d; %s" % (version, report["verdict"], git_version, code, evidence(report)))
+    table.append((version, git_version, "`%s`" % report["verdict"], str(code), evidence(report)))
     return report["verdict"]
+
+
+def print_table(args, table):
+    if args.markdown:
+        say("")
+        say(release_table_markdown(table))
 
 
 def matrix(args):
     """The verdict of each release given, one line each: no search, every one tested."""
     for v in args.versions:
         parse_release(v)
-    cache = cache_dir(args.cache)
+    cache, table = cache_dir(args.cache), []
     for v in args.versions:
-        test_release(v, cache, args)
+        test_release(v, cache, args, table)
+    print_table(args, table)
     return 0
 
 
 def releases(args):
     versions = releases_between(args.old, args.new, pypi_versions())
     say("releases from %s to %s: %s" % (args.old, args.new, ", ".join(versions)))
-    cache = cache_dir(args.cache)
+    cache, table = cache_dir(args.cache), []
     verdicts = {}
 
     def verdict(v):
         if v not in verdicts:
-            verdicts[v] = test_release(v, cache, args)
+            verdicts[v] = test_release(v, cache, args, table)
         return verdicts[v]
 
     base = verdict(args.old)
@@ -357,6 +372,7 @@ def releases(args):
     untested = [v for v in versions[lo + 1:hi]]
     if untested:
         say("could not be tested in between: %s" % ", ".join(untested))
+    print_table(args, table)
     return 0
 
 
@@ -371,6 +387,8 @@ def parse_args(argv):
     common.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
                         help="passed to the repro (default cpu)")
     common.add_argument("--timeout", type=float, default=900, help="passed to the repro (seconds)")
+    common.add_argument("--markdown", action="store_true",
+                        help="releases, matrix: also print the per-release table as markdown")
     step = sub.add_parser("nightly-step", parents=[common], help="one `git bisect run` step")
     step.add_argument("--terms", choices=sorted(TERMS), default=os.environ.get("SAC_BISECT_TERMS", "fix"),
                       help="fix: --term-old broken --term-new fixed (default); regression: good/bad")

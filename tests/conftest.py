@@ -1,4 +1,5 @@
-"""Shared helpers: run the repro script as a user would, and cached torch environments."""
+"""Shared helpers: run the repro script as a user would, and cached torch environments.
+The fast tier runs by default; `pytest --release` runs the release tier (real PyPI releases)."""
 import json
 import os
 import subprocess
@@ -40,3 +41,21 @@ def release_python():
 def data(*parts):
     """Files recorded on real hardware (see tests/data/README.md)."""
     return os.path.join(DATA, *parts)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--release", action="store_true",
+                     help="run the release tier only: real PyPI torch releases (downloads GBs)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "release: needs PyPI torch releases; run with --release")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast tier by default; --release runs the release tier instead."""
+    release = config.getoption("--release")
+    keep = [i for i in items if (i.get_closest_marker("release") is not None) == release]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep

@@ -1,6 +1,7 @@
 """run_nsys.sh and the nsys/ncu analysers: flags, error paths, exit codes, recorded data."""
 import lzma
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -62,7 +63,7 @@ def test_affected_capture_lists_the_eager_kernels(tmp_path):
     path.write_text(AFFECTED_CSV)
     _, stdout, _ = run(sys.executable, "--from-nsys", str(path))
     block = stdout.split("f_compiled_with_context <0..49>")[1]
-    assert "0 ran Inductor kernels" in block
+    assert "0 ran compiled code, 50 ran eagerly" in block
     assert "100 x eager_aten" in block and "MulFunctor" in block and "CUDAFunctorOnSelf_add" in block
     assert "50 x cublas" in block
 
@@ -79,7 +80,7 @@ def test_real_partial_nsys_capture_cannot_be_judged(name):
 def test_real_ncu_summary_of_the_fixed_torch():
     rc, stdout, _ = run(sys.executable, "--from-ncu", data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"))
     assert rc == 0, stdout
-    assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 50 ran Inductor kernels" in stdout
+    assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 50 ran compiled code, 0 ran eagerly" in stdout
 
 
 def test_real_ncu_summary_with_default_sections(tmp_path):
@@ -121,6 +122,19 @@ cat "$FAKE_NCU_OUT"
 """
 
 
+def system_tools(tmp_path):
+    """A folder with only the programs run_nsys.sh needs, so that an nsys or ncu installed on the
+    machine (in /usr/bin, say) never takes the place of the fakes."""
+    folder = tmp_path / "system"
+    if not folder.exists():
+        folder.mkdir()
+        for tool in ("bash", "sed", "awk", "grep", "head", "cat", "dirname", "stat", "mktemp", "rm", "touch"):
+            found = shutil.which(tool)
+            if found:
+                os.symlink(found, folder / tool)
+    return folder
+
+
 @pytest.fixture
 def fake_tools(tmp_path):
     """A bin folder with fake nsys/ncu that log their arguments; returns a runner."""
@@ -134,7 +148,7 @@ def fake_tools(tmp_path):
         p.chmod(p.stat().st_mode | stat.S_IEXEC)
 
     def wrapper(*args, **env):
-        full = {"PATH": "%s:%s:/usr/bin:/bin" % (bin_dir, os.path.dirname(sys.executable)),
+        full = {"PATH": "%s:%s" % (bin_dir, system_tools(tmp_path)),
                 "PYTHON": sys.executable, "FAKE_LOG": str(log), "HOME": str(tmp_path)}
         full.update({k: str(v) for k, v in env.items()})
         proc = subprocess.run(["bash", WRAPPER] + list(args), capture_output=True, text=True,
@@ -192,10 +206,61 @@ def test_wrapper_without_a_report_cannot_test(fake_tools):
 
 
 def test_wrapper_passes_on_the_repros_cannot_test(fake_tools):
+    """The capture run said cannot_test (125); even a report that nsys wrote must not be judged."""
     fake_tools.install("nsys", FAKE_NSYS)
-    got, _, _, _ = fake_tools(FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
-                              FAKE_APP_RC=125)
-    assert got == 125
+    got, stdout, stderr, calls = fake_tools(
+        FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"), FAKE_APP_RC=125,
+        FAKE_WRITE_REPORT=1, FAKE_CSV=csv_file(fake_tools.tmp, FIXED_CSV))
+    assert got == 125, stdout + stderr
+    assert "nsys stats" not in calls and "VERDICT" not in stdout
+
+
+def test_wrapper_never_judges_a_report_this_capture_did_not_write(fake_tools):
+    """An nsys that captured nothing, and a report of an earlier capture in the folder: inside
+    `git bisect run` that older report would repeat an earlier step's answer."""
+    fake_tools.install("nsys", FAKE_NSYS)
+    old = fake_tools.tmp / "torch_compile_selective_activation_checkpoint.nsys-rep"
+    old.write_text("an earlier capture")
+    os.utime(old, (1_600_000_000, 1_600_000_000))
+    got, stdout, stderr, calls = fake_tools(
+        FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+        FAKE_CSV=csv_file(fake_tools.tmp, FIXED_CSV))
+    assert got == 125, stdout + stderr
+    assert "nsys stats" not in calls and "VERDICT" not in stdout
+    assert "wrote no report" in stderr
+    assert old.read_text() == "an earlier capture"  # left where it was
+
+
+@pytest.mark.parametrize("extra, rc, says", [
+    (["--hunt-fix"], 0, "VERDICT: reproduced (exit 0)"),
+    (["--device", "cuda", "--hunt-fix"], 0, "VERDICT: reproduced (exit 0)"),
+    (["--markdown"], 1, "- **Verdict:** `reproduced` (exit 1)"),
+], ids=["hunt-fix", "device-and-hunt-fix", "markdown"])
+def test_verdict_options_reach_the_judge(fake_tools, extra, rc, says):
+    fake_tools.install("nsys", FAKE_NSYS)
+    got, stdout, stderr, calls = fake_tools(
+        "--", *extra, FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+        FAKE_WRITE_REPORT=1, FAKE_CSV=csv_file(fake_tools.tmp, AFFECTED_CSV))
+    assert got == rc, stdout + stderr
+    assert says in stdout
+    profile = next(l for l in calls.splitlines() if "--capture-range=" in l)
+    assert "--hunt-fix" not in profile and "--markdown" not in profile  # the capture run gives no verdict
+
+
+def test_verdict_json_reaches_the_judge(fake_tools):
+    fake_tools.install("nsys", FAKE_NSYS)
+    out = fake_tools.tmp / "verdict.json"
+    got, stdout, stderr, _ = fake_tools(
+        "--", "--json", str(out), FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+        FAKE_WRITE_REPORT=1, FAKE_CSV=csv_file(fake_tools.tmp, AFFECTED_CSV))
+    assert got == 1, stdout + stderr
+    assert '"verdict": "reproduced"' in out.read_text()
+
+
+def test_wrapper_help_says_which_options_reach_which_run(fake_tools):
+    got, stdout, _, _ = fake_tools("--help")
+    assert got == 0
+    assert "--hunt-fix" in stdout and "--device" in stdout and "judge" in stdout
 
 
 def test_wrapper_judges_a_partial_real_capture_as_cannot_test(fake_tools):
@@ -212,7 +277,7 @@ def test_wrapper_falls_back_to_ncu(fake_tools):
     assert "using Nsight Compute instead" in stderr
     assert "ncu --nvtx --print-summary per-nvtx --profile-from-start off" in calls
     assert calls.rstrip().endswith("--loops-only")
-    assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 50 ran Inductor kernels" in stdout
+    assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 50 ran compiled code, 0 ran eagerly" in stdout
 
 
 def test_wrapper_without_any_profiler_says_what_to_do(fake_tools):
@@ -223,9 +288,9 @@ def test_wrapper_without_any_profiler_says_what_to_do(fake_tools):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--report"], "--report takes exactly one FILE"),
+    (["--report"], "--report takes one FILE"),
     (["--report", "missing.nsys-rep"], "report file not found"),
-    (["--report", data("nsys-2023.4.4-profile-help.txt")], "not an nvtx_kern_sum CSV"),
+    (["--report", data("nsys-2023.4.4-profile-help.txt")], "expected an nvtx_kern_sum CSV"),
     (["-o"], "-o needs a report NAME"),
 ])
 def test_wrapper_bad_input_aborts(fake_tools, args, message):
@@ -242,7 +307,7 @@ def test_report_of_a_real_sqlite_export(fake_tools):
 def test_nsys_rep_without_nsys_is_a_usage_error(tmp_path):
     rep = tmp_path / "x.nsys-rep"
     rep.write_text("not really")
-    rc, _, stderr = run(sys.executable, "--from-nsys", str(rep), env={"PATH": "/usr/bin:/bin"})
+    rc, _, stderr = run(sys.executable, "--from-nsys", str(rep), env={"PATH": str(tmp_path)})
     assert rc >= 128 and "needs nsys on PATH" in stderr
 
 
@@ -252,7 +317,7 @@ def test_real_full_nsys_capture_of_the_fixed_torch(name):
     rc, stdout, _ = run(sys.executable, "--from-nsys", data("h200-torch2.11", name))
     assert rc == 0, stdout
     for loop in ("f_compiled_without_context", "f_compiled_with_context"):
-        assert "%s <0..49>: 50 ranges with kernels, 50 ran Inductor kernels" % loop in stdout
+        assert "%s <0..49>: 50 ranges with kernels, 50 ran compiled code, 0 ran eagerly" % loop in stdout
 
 
 def test_real_ncu_summary_with_the_fix_reverted():
@@ -261,8 +326,8 @@ def test_real_ncu_summary_with_the_fix_reverted():
     rc, stdout, _ = run(sys.executable, "--from-ncu",
                         data("h200-torch2.11-fix-reverted", "ncu_per_nvtx_run_nsys.txt"))
     assert rc == 1, stdout
-    assert "f_compiled_without_context <0..49>: 50 ranges with kernels, 50 ran Inductor kernels" in stdout
-    assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 0 ran Inductor kernels" in stdout
+    assert "f_compiled_without_context <0..49>: 50 ranges with kernels, 50 ran compiled code, 0 ran eagerly" in stdout
+    assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 0 ran compiled code, 50 ran eagerly" in stdout
     assert "100 x eager_aten   vectorized_elementwise_kernel<4, AUnaryFunctor<float, float, float, " \
            "binary_internal::MulFunctor" in stdout
     assert "eager MulFunctor kernel, CUDAFunctorOnSelf_add kernel" in stdout

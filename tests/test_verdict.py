@@ -1,29 +1,25 @@
-"""The script's verdict and exit codes, on real torch builds, on the CPU."""
+"""The script's verdict and exit codes on the torch of this environment (a fixed release), on the
+CPU; stand-ins for crashes, hangs and eager calls come from a sitecustomize.py in the child."""
+import re
 import sys
 import textwrap
 
 import pytest
 
-from conftest import run, run_json
+from conftest import ROOT, run, run_json, SCRIPT
 
-import torch_compile_selective_activation_checkpoint as repro
+import cli
+import verdict
 
-REQUIRED_KEYS = {"verdict", "exit_code", "torch_version", "torch_git_version", "device",
-                 "scenarios", "policy"}
-
-
-def torch_version_of(python):
-    import subprocess
-    return subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
-                          capture_output=True, text=True).stdout.strip()
+REQUIRED_KEYS = {"verdict", "exit_code", "reason", "torch_version", "torch_git_version", "device",
+                 "scenarios", "policy", "errors", "env", "source"}
 
 
 @pytest.fixture(scope="module")
 def fixed_run(tmp_path_factory):
-    """The default torch of this environment; the bundle pins a fixed release (2.13.0) for it."""
-    version = torch_version_of(sys.executable)
-    major_minor = tuple(int(x) for x in version.split("+")[0].split(".")[:2])
-    assert major_minor >= (2, 10), "the test environment must hold a fixed torch (>= 2.10), has %s" % version
+    """The torch of this environment: the test set-up pins a fixed release (2.13.0)."""
+    import torch
+    assert tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 10), torch.__version__
     return run_json(sys.executable, tmp_path_factory.mktemp("fixed"), "--device", "cpu")
 
 
@@ -34,11 +30,12 @@ def test_fixed_torch_runs_compiled_code_under_sac(fixed_run):
     assert REQUIRED_KEYS <= set(report)
     for name in ("without_context", "with_context", "workaround"):
         s = report["scenarios"][name]
-        assert s["compiled_region_ran"] is True, name
+        assert s["calls"] == ["compiled"] * 3, name
         # Inductor's C++ kernel for f's fused 3*x+1 / 2*y+1 ran, and no eager mul/add did
         assert any(k.endswith("cpp_fused_add_mul_0") for k in s["kernels"]), s["kernels"]
         assert s["eager_pointwise"] == {}
-    assert "VERDICT: not_reproduced (exit 0)" in stdout
+    assert report["scenarios"]["eager_sac"]["calls"] == ["eager"] * 3  # the one eager scenario
+    assert "VERDICT: not_reproduced (exit 0): all 3 calls under SAC ran compiled code" in stdout
 
 
 def test_fixed_torch_ignores_the_policy_under_sac_of_compile(fixed_run):
@@ -53,44 +50,44 @@ def test_fixed_torch_ignores_the_policy_under_sac_of_compile(fixed_run):
     assert "with_context 3 -> RECOMPUTED (policy ignored); workaround 2 -> saved" in stdout
 
 
-def test_affected_release_reproduces(release_python, tmp_path):
-    rc, report, stdout, _ = run_json(release_python("2.9.1"), tmp_path, "--device", "cpu")
-    assert rc == 1, stdout
-    assert report["verdict"] == "reproduced" and report["torch_version"].startswith("2.9.1")
-    assert report["scenarios"]["without_context"]["compiled_region_ran"] is True
-    case = report["scenarios"]["with_context"]
-    assert case["compiled_region_ran"] is False and case["kernels"] == []
-    assert set(case["eager_pointwise"]) == {"aten::mul", "aten::add"}
-    # the skip sticks to f's code object: after one SAC call, f_compiled runs eagerly everywhere
-    assert report["scenarios"]["without_context_after_sac"]["compiled_region_ran"] is False
-    assert report["scenarios"]["workaround"]["compiled_region_ran"] is True
-    assert "TORCH_LOGS=+dynamo" in stdout
+def test_the_policy_is_asked_about_inductors_extern_matmul_under_sac(fixed_run):
+    """What the policy saw, recorded in the child: under sac(compile(f)) Inductor's aten.mm.out,
+    never aten.mm.default; under eager SAC aten.mm.default, which it saves."""
+    _, report, stdout, _ = fixed_run
+    seen = {name: {op: decision for op, decision, _ in ops} for name, ops in report["policy"]["ops_seen"].items()}
+    assert seen["with_context"] == {"aten.mm.out": "PREFER_RECOMPUTE"}
+    assert seen["eager_sac"]["aten.mm.default"] == "MUST_SAVE"
+    assert seen["eager_sac"]["aten.mul.Tensor"] == "PREFER_RECOMPUTE"
+    assert "policy was asked about: with_context aten.mm.out -> PREFER_RECOMPUTE; eager_sac " \
+           "aten.mm.default -> MUST_SAVE" in stdout
 
 
-def test_affected_release_hunting_the_fix_swaps_exit_codes(release_python):
-    rc, stdout, _ = run(release_python("2.9.1"), "--device", "cpu", "--hunt-fix")
-    assert rc == 0 and "VERDICT: reproduced (exit 0)" in stdout
+def test_progress_is_shown_while_it_runs(fixed_run):
+    _, _, _, stderr = fixed_run
+    lines = [l for l in stderr.splitlines() if l.startswith("sac-repro: ")]
+    assert lines[0] == "sac-repro: compiling f and running the report's two loops of 50 calls"
+    assert "sac-repro: scenario with_context: 3 profiled calls" in lines
+    assert lines[-1] == "sac-repro: policy check: one profiled backward per scenario"
 
 
-def test_fixed_torch_hunting_the_fix_exits_1():
-    rc, stdout, _ = run(sys.executable, "--device", "cpu", "--hunt-fix")
-    assert rc == 1 and "VERDICT: not_reproduced (exit 1)" in stdout
+def test_hunting_the_fix_swaps_only_0_and_1(fixed_run):
+    _, report, _, _ = fixed_run
+    assert verdict.settle(dict(report), "not_reproduced", "r", "fix")["exit_code"] == 1
+    assert verdict.settle(dict(report), "reproduced", "r", "fix")["exit_code"] == 0
+    assert verdict.settle(dict(report), "cannot_test", "r", "fix")["exit_code"] == 125
+    assert verdict.settle(dict(report), "reproduced", "r", "regression")["exit_code"] == 1
 
 
-def test_strict_policy_counts_the_ignored_policy_as_reproduced():
-    rc, stdout, _ = run(sys.executable, "--device", "cpu", "--strict-policy")
-    assert rc == 1, stdout
-    assert "VERDICT: reproduced (exit 1): --strict-policy" in stdout
-
-
-def test_torch_without_the_sac_api_cannot_be_tested(release_python):
-    rc, stdout, _ = run(release_python("2.4.1"), "--device", "cpu")
-    assert rc == 125, stdout
-    assert "lacks the public SAC API" in stdout and "CheckpointPolicy" in stdout
+def test_strict_policy_counts_the_ignored_policy_as_reproduced(fixed_run):
+    _, report, _, _ = fixed_run
+    got, reason = verdict.decide(report["scenarios"], report["policy"], strict_policy=True)
+    assert got == "reproduced" and reason.startswith("--strict-policy: compiled code ran under SAC")
+    unmeasured = dict(report["policy"], with_context_matmul_recomputed_in_backward=None)
+    assert verdict.decide(report["scenarios"], unmeasured, strict_policy=True)[0] == "cannot_test"
 
 
 def test_missing_cuda_device_cannot_be_tested():
-    rc, stdout, _ = run(sys.executable, "--device", "cuda")
+    rc, stdout, _ = run(sys.executable, "--device", "cuda", env={"CUDA_VISIBLE_DEVICES": ""})
     assert rc == 125
     assert "sees no CUDA device" in stdout
 
@@ -138,37 +135,102 @@ def test_usage_errors_abort_a_bisect(args, message):
     assert len(stderr.strip().splitlines()) == 1 and message in stderr
 
 
-def test_a_bug_in_this_script_aborts_with_one_line(monkeypatch, capsys, tmp_path):
+def test_a_bug_in_this_bundle_aborts_with_one_line(monkeypatch, capsys, tmp_path):
     csv = tmp_path / "k.csv"
     csv.write_text("NVTX Range,Kern Inst,Kernel Name\nf_compiled_with_context 0,1,triton_poi_fused_add_mul_0\n")
 
-    def broken(rows):
+    def broken(*args):
         return {}["no such key"]
-    monkeypatch.setattr(repro, "loop_evidence", broken)
-    rc = repro.main(["--from-nsys", str(csv)])
+    monkeypatch.setattr(cli, "report_from_loops", broken)
+    rc = cli.main(SCRIPT, ["--from-nsys", str(csv)])
     err = capsys.readouterr().err
-    assert rc == repro.EXIT_ABORT
+    assert rc == verdict.EXIT_ABORT
     assert len(err.strip().splitlines()) == 1 and "internal error" in err
+
+
+def test_a_bug_in_the_measured_part_aborts(tmp_path):
+    env = write_sitecustomize(tmp_path, """
+        sys.path.insert(0, %r)
+        import measure
+        measure.profile_call = lambda step, device: {}["a bug"]
+        """ % ROOT)
+    rc, stdout, stderr = run(sys.executable, "--device", "cpu", env=env)
+    assert rc == 128, (rc, stdout, stderr)
+    assert "internal error" in stderr and "KeyError" in stderr and "measure.py" not in stdout
 
 
 def test_errors_are_told_apart_by_where_they_were_raised():
     import torch
+    import measure
     with pytest.raises(TypeError) as ours:
-        repro.classify_kernel(None)  # a bug here: never entered torch
-    assert repro.raised_by_this_script(ours.value)
+        verdict.classify_kernel(None)  # a bug here: never entered torch
+    assert measure.raised_by_this_bundle(ours.value)
     with pytest.raises(RuntimeError) as theirs:
         torch.ones(2, 3) @ torch.ones(2, 3)  # torch's C++ failing
-    assert not repro.raised_by_this_script(theirs.value)
+    assert not measure.raised_by_this_bundle(theirs.value)
     with pytest.raises(Exception) as inside:
         torch.compile(lambda t: t.no_such_method(), backend="eager", fullgraph=True)(torch.ones(1))
-    assert not repro.raised_by_this_script(inside.value)  # raised while torch was compiling
+    assert not measure.raised_by_this_bundle(inside.value)  # raised while torch was compiling
 
 
-def test_markdown_report_fits_the_bug_template():
-    rc, stdout, _ = run(sys.executable, "--device", "cpu", "--markdown")
-    assert rc == 0
-    assert stdout.startswith("### ")
-    assert "| scenario | compiled region ran |" in stdout
-    assert "<details><summary>Environment</summary>" in stdout and "</details>" in stdout
-    assert "**not_reproduced** (exit 0)" in stdout
-    assert "PyTorch version:" in stdout  # python -m torch.utils.collect_env, as the template asks
+def test_a_torch_error_keeps_the_environment_and_the_traceback(tmp_path):
+    env = write_sitecustomize(tmp_path, """
+        import torch.utils.checkpoint as _cp
+        def _checkpoint(fn, *args, **kwargs):
+            raise RuntimeError("stand-in for the torch under test failing")
+        _cp.checkpoint = _checkpoint
+        """)
+    rc, report, stdout, stderr = run_json(sys.executable, tmp_path, "--device", "cpu", env=env)
+    assert rc == 125, stdout
+    assert report["verdict"] == "cannot_test" and report["torch_version"].startswith("2.")
+    assert "stand-in for the torch under test failing" in report["reason"]
+    assert "Traceback" in report["errors"]["traceback"] and "_checkpoint" in report["errors"]["traceback"]
+    assert "VERDICT: cannot_test (exit 125): the torch under test raised RuntimeError" in stdout
+
+
+
+
+# Stand-ins for a torch that runs some calls eagerly: in the measured child only, checkpoint()
+# hands every other call the original, uncompiled f instead of the compiled one.
+SOME_CALLS_EAGER = """
+    import itertools
+    import torch.utils.checkpoint as _cp
+    _real_checkpoint, _calls = _cp.checkpoint, itertools.count()
+    def _checkpoint(fn, *args, **kwargs):
+        if {under_sac} == ("context_fn" in kwargs) and next(_calls) % 2 == 0:
+            fn = getattr(fn, "_torchdynamo_orig_callable", fn)
+        return _real_checkpoint(fn, *args, **kwargs)
+    _cp.checkpoint = _checkpoint
+    """
+
+
+def test_some_eager_calls_under_sac_reproduce_in_the_profile(tmp_path):
+    """One compiled call must not hide eager ones: each profiled call is judged on its own."""
+    env = write_sitecustomize(tmp_path, SOME_CALLS_EAGER.format(under_sac=True))
+    rc, stdout, _ = run(sys.executable, "--device", "cpu", env=env)
+    assert rc == 1, stdout
+    assert re.search(r"VERDICT: reproduced \(exit 1\): [12] of 3 calls under SAC ran eagerly", stdout), stdout
+
+
+def test_a_control_that_compiled_in_only_some_calls_cannot_test(tmp_path):
+    env = write_sitecustomize(tmp_path, SOME_CALLS_EAGER.format(under_sac=False))
+    rc, stdout, _ = run(sys.executable, "--device", "cpu", env=env)
+    assert rc == 125, stdout
+    assert re.search(r"VERDICT: cannot_test \(exit 125\): the control .*[12] of 3 calls", stdout), stdout
+
+
+def test_loops_only_does_not_pass_when_a_loop_raised(tmp_path):
+    """2.12 and later raise instead of running a skipped fullgraph function eagerly: with
+    --loops-only (no verdict) that must not look like a clean capture run."""
+    env = write_sitecustomize(tmp_path, """
+        import torch.utils.checkpoint as _cp
+        _real_checkpoint = _cp.checkpoint
+        def _checkpoint(fn, *args, **kwargs):
+            if "context_fn" in kwargs:
+                raise RuntimeError("torch.compile with fullgraph=True found no compiled frames (stand-in)")
+            return _real_checkpoint(fn, *args, **kwargs)
+        _cp.checkpoint = _checkpoint
+        """)
+    rc, stdout, stderr = run(sys.executable, "--device", "cpu", "--loops-only", env=env)
+    assert rc not in (0, 1), (rc, stdout, stderr)
+    assert "found no compiled frames" in stdout + stderr

@@ -1,0 +1,267 @@
+"""The measured part, in the child process: runs the report's code as written, then each scenario
+a few calls under torch.profiler, one profile per call, and writes what ran as JSON.
+
+The parent (cli.py) judges that JSON; nothing here decides a verdict. A crash or hang here is
+the torch under test's, and the parent reads it as "cannot test".
+"""
+import collections
+import functools
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+import traceback
+import types
+
+import torch
+
+from render import PROGRESS, REPORT_END
+from verdict import CASE, classify_kernel, CONTROL, CPU_MATMUL_OPS, refused_to_run_eagerly
+
+PROFILED_CALLS = 3  # each judged on its own: one compiled call must not hide two eager ones
+TIMED_CALLS = 20
+
+
+def progress(msg):
+    print(PROGRESS + msg, file=sys.stderr, flush=True)
+
+
+def describe_environment(device):
+    env = {"python": platform.python_version(), "platform": platform.platform(),
+           "torch": torch.__version__, "torch_git": getattr(torch.version, "git_version", None),
+           "cuda_runtime": torch.version.cuda, "triton": None, "gpu": None, "driver": None,
+           "device": device, "nvtx": "torch.cuda.nvtx" if torch.version.cuda else "off (CPU-only torch)"}
+    try:
+        import triton
+        env["triton"] = triton.__version__
+    except Exception:
+        pass
+    if device == "cuda":
+        env["gpu"] = torch.cuda.get_device_name()
+        try:
+            env["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+        except Exception:
+            pass
+    return env
+
+
+def fresh_code(fn):
+    """A copy of fn with its own code object: Dynamo caches per code object, and on affected torch
+    a skip under SAC sticks to it for good."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+
+
+# ----------------------------------------------------------------------------- the report's code
+def run_script(path, result):
+    """Runs the script's text at module level, the report's block as written, then the scenarios.
+    In two parts, so that a loop that raises (2.12+: fullgraph's "found no compiled frames")
+    still leaves the set-up to measure. Returns the script's namespace."""
+    source = open(path).read()
+    report_part, _, scenario_part = source.partition(REPORT_END)
+    namespace = {"__name__": "__sac_repro__", "__file__": path}
+    progress("compiling f and running the report's two loops of 50 calls")
+    try:
+        exec(compile(report_part, path, "exec"), namespace)
+    except ImportError as e:
+        if "CheckpointPolicy" in str(e) or "create_selective_checkpoint_contexts" in str(e):
+            raise NoSacApi(e)
+        raise
+    except Exception as e:
+        if "f_compiled" not in namespace or not refused_to_run_eagerly(e):
+            raise
+        result["loops_error"] = one_line(e)
+        progress("a loop raised: " + result["loops_error"])
+    padding = "\n" * report_part.count("\n")  # keeps the line numbers of tracebacks right
+    exec(compile(padding + REPORT_END + scenario_part, path, "exec"), namespace)
+    return namespace
+
+
+class NoSacApi(Exception):
+    """torch < 2.5: the report's import of the public SAC API fails."""
+
+
+def record_policy_calls(namespace):
+    """Swaps the report's context_fn for one whose policy is the report's policy_fn, recorded:
+    which ops SAC asked it about, and what it answered. checkpoint_fn_with_context reads the
+    global context_fn at each call, so every later SAC call goes through the recording."""
+    seen = collections.Counter()
+
+    def recording_policy(ctx, op, *args, **kwargs):
+        decision = namespace["policy_fn"](ctx, op, *args, **kwargs)
+        if not getattr(ctx, "is_recompute", False):
+            seen[(str(op), getattr(decision, "name", str(decision)))] += 1
+        return decision
+
+    namespace["context_fn"] = functools.partial(
+        namespace["create_selective_checkpoint_contexts"], recording_policy)
+    return seen
+
+
+# ----------------------------------------------------------------------------- the evidence
+def activities(device):
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return acts
+
+
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def profile_call(step, device):
+    """[name, count] of every op, label and kernel that ran during one call of step()."""
+    with torch.profiler.profile(activities=activities(device)) as prof:
+        step()
+        synchronize(device)
+    return sorted([n, c] for n, c in collections.Counter(e.name for e in prof.events()).items())
+
+
+def time_forward_us(step, device):
+    times = []
+    for _ in range(TIMED_CALLS):
+        synchronize(device)
+        t0 = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return sorted(times)[len(times) // 2]
+
+
+def backward_matmuls(forward, device):
+    """Matmuls computed in one backward of forward(); None where this device cannot tell.
+
+    The forward runs outside the profile, so a forward matmul counted here was recomputed. On
+    CUDA a matmul served from SAC's cache launches no kernel, so gemm kernels count exactly. On CPU
+    a cached matmul still shows up as an aten::mm op, indistinguishable from a computed one, except
+    inside Inductor's graphs, where no dispatch mode stands between the op and its computation."""
+    forward().float().sum().backward()  # backward graphs compile lazily: keep that out of the profile
+    loss = forward().float().sum()
+    with torch.profiler.profile(activities=activities(device)) as prof:
+        loss.backward()
+        synchronize(device)
+    events = prof.events()
+    if device == "cuda":
+        return sum(1 for e in events
+                   if not str(e.device_type).endswith("CPU") and classify_kernel(e.name) == "cublas")
+    computed = 0
+    for e in events:
+        if e.name not in CPU_MATMUL_OPS:
+            continue
+        children = {c.name for c in e.cpu_children}
+        if children & (set(CPU_MATMUL_OPS) | {"PythonDispatchMode"}):
+            continue  # a dispatch mode intercepted it; the computing op, if any, is nested inside
+        if not any(a.startswith("## Call CompiledFxGraph") for a in ancestor_names(e)):
+            return None
+        computed += 1
+    return computed
+
+
+def ancestor_names(e):
+    while e.cpu_parent is not None:
+        e = e.cpu_parent
+        yield e.name
+
+
+def measure_scenario(step, device, policy_seen):
+    """One scenario: a first call (compiles), then each profiled call, then timing."""
+    entry = {"calls": []}
+    policy_seen.clear()
+    try:
+        step()
+    except Exception as e:
+        if not refused_to_run_eagerly(e):
+            raise
+    for _ in range(PROFILED_CALLS):
+        try:
+            entry["calls"].append({"names": profile_call(step, device)})
+        except Exception as e:
+            if not refused_to_run_eagerly(e):
+                raise
+            entry["calls"].append({"names": [], "refused": one_line(e)})
+    if not any("refused" in c for c in entry["calls"]):
+        entry["forward_us"] = time_forward_us(step, device)
+    entry["policy_saw"] = sorted([op, decision, n] for (op, decision), n in policy_seen.items())
+    return entry
+
+
+def measure(path, device, loops_only, result):
+    try:
+        namespace = run_script(path, result)
+    except NoSacApi as e:
+        result.update(status="cannot_test", reason="torch %s lacks the public SAC API the report "
+                      "imports (CheckpointPolicy, create_selective_checkpoint_contexts ship from "
+                      "2.5.0): %s" % (torch.__version__, re.sub(r" \(\S*\)$", "", one_line(e.args[0]))))
+        return
+    result["env"]["device"] = namespace["device"]
+    if loops_only:
+        result["status"] = "ok"
+        return
+    policy_seen = record_policy_calls(namespace)
+    scenarios = result["scenarios"] = {}
+    for name, (shows, step) in namespace["SCENARIOS"].items():
+        progress("scenario %s: %d profiled calls" % (name, PROFILED_CALLS))
+        try:
+            scenarios[name] = measure_scenario(step, device, policy_seen)
+        except Exception as e:
+            if name in (CONTROL, CASE):
+                raise
+            scenarios[name] = {"calls": [], "error": one_line(e)}  # a side scenario must not hide the verdict
+        scenarios[name]["shows"] = shows
+    progress("policy check: one profiled backward per scenario")
+    for name, (_, step) in namespace["SCENARIOS"].items():
+        entry = scenarios[name]
+        if name == "without_context_after_sac" or "error" in entry or any("refused" in c for c in entry["calls"]):
+            continue
+        try:
+            entry["backward_matmuls"] = backward_matmuls(step, device)
+        except Exception as e:  # e.g. 2.9: backward through checkpoint(compiled f) raises in Dynamo
+            entry["backward_error"] = one_line(e)
+    result["status"] = "ok"
+
+
+def one_line(e):
+    return " ".join(("%s: %s" % (type(e).__name__, e)).split())[:400]
+
+
+OUR_BUG_TYPES = (NameError, TypeError, KeyError, IndexError, AttributeError, ValueError,
+                 AssertionError, ZeroDivisionError)
+
+
+def raised_by_this_bundle(e):
+    """Ours (abort the bisect) or the torch under test's (cannot test this build)? Anything that
+    passed through torch's or triton's Python code is theirs; so is a RuntimeError (how torch's
+    C++ reports failures). A plain Python error that never entered torch is a bug here."""
+    packages = [os.path.dirname(m.__file__) + os.sep for m in
+                (sys.modules.get("torch"), sys.modules.get("triton")) if m and getattr(m, "__file__", None)]
+    for frame in traceback.extract_tb(e.__traceback__):
+        if any(os.path.abspath(frame.filename).startswith(p) for p in packages):
+            return False
+    return isinstance(e, OUR_BUG_TYPES)
+
+
+def child_main(path, out_path, device_arg, loops_only):
+    """Writes the result as JSON, whatever happens short of a crash. The environment is described
+    first, so that an error later still reports which torch it was."""
+    device = "cuda" if device_arg != "cpu" and torch.cuda.is_available() else "cpu"
+    result = {"status": None, "env": describe_environment(device)}
+    try:
+        if device_arg == "cuda" and device != "cuda":
+            result["env"]["device"] = "cuda (not available)"
+            result.update(status="cannot_test", reason="--device cuda was asked for, but this torch "
+                          "sees no CUDA device (torch.cuda.is_available() is False); use --device cpu or auto")
+        else:
+            measure(path, device, loops_only, result)
+    except BaseException as e:
+        result.update(status="our_bug" if raised_by_this_bundle(e) else "torch_error",
+                      reason=one_line(e), traceback=traceback.format_exc())
+    with open(out_path, "w") as fh:
+        json.dump(result, fh)
+    return 0

@@ -1,0 +1,170 @@
+"""The verdict and its evidence as text (the default), and as markdown to paste into a GitHub
+issue: the report's code as run, expected and actual, the evidence, then collect_env.
+"""
+from verdict import abridge, CASE, classify_kernel, CONTROL, DYNAMO_HINT, eager_label, LOOP_CALLS, LOOPS
+
+PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
+REPORT_BEGIN = "# ==== the report's code"
+REPORT_END = "# ==== end of the report's code"
+EXPECTED = ("the compiled f runs Inductor kernels under SAC, and the policy's `MUST_SAVE` on "
+            "`aten.mm.default` keeps the forward matmul out of backward")
+TABLE_HEADER = ("scenario", "compiled calls", "eager pointwise ops", "kernels", "fwd/call")
+
+
+def report_code(script_path):
+    """The report's block of the main script, exactly as the child ran it."""
+    text = open(script_path).read()
+    begin, end = text.index(REPORT_BEGIN), text.index(REPORT_END)
+    body = text[text.index("\n", begin) + 1:end]
+    return "\n".join(l for l in body.splitlines() if not l.startswith("# As filed, but") and
+                     not l.startswith("# written, at module level")).strip() + "\n"
+
+
+def environment_line(env):
+    keys = (("python", "python"), ("torch", "torch"), ("torch_git", "git"), ("triton", "triton"),
+            ("cuda_runtime", "CUDA runtime"), ("gpu", "GPU"), ("driver", "driver"),
+            ("device", "device"), ("nvtx", "nvtx"))
+    return " | ".join("%s %s" % (label, env[k]) for k, label in keys if env.get(k))
+
+
+def scenario_rows(report):
+    rows = []
+    for name, s in report["scenarios"].items():
+        n = len(s["calls"])
+        ran = "%d/%d" % (s["compiled_calls"], n) if n else "-"
+        eager = ", ".join("%s x%d" % (eager_label(k), v) for k, v in s["eager_pointwise"].items()) or "-"
+        kernels = ", ".join(abridge(k, 34) for k in s["kernels"][:4]) or "-"
+        if len(s["kernels"]) > 4:
+            kernels += ", +%d more" % (len(s["kernels"]) - 4)
+        if s.get("error"):
+            kernels = "error: " + s["error"][:60]
+        fwd = "%.0f us" % s["forward_us"] if s.get("forward_us") else "-"
+        rows.append((name, ran, eager, kernels, fwd))
+    return rows
+
+
+def loop_kernel_lines(report):
+    """Kernels per NVTX range, the loop index folded: one block per loop of the report."""
+    out = []
+    for range_name, scenario in LOOPS.items():
+        s = report["scenarios"].get(scenario, {})
+        if "kernel_counts" not in s:
+            continue
+        out.append("%s <0..%d>: %d ranges with kernels, %d ran compiled code, %d ran eagerly" % (
+            range_name, LOOP_CALLS - 1, len(s["calls"]), s["compiled_calls"], s["eager_calls"]))
+        for k, n in sorted(s["kernel_counts"].items(), key=lambda kv: (-kv[1], kv[0])):
+            out.append("  %5d x %-12s %s" % (n, classify_kernel(k), abridge(k, 100)))
+    return out
+
+
+def policy_lines(policy):
+    if not policy:
+        return []
+    if not policy.get("trusted"):
+        out = ["policy (MUST_SAVE aten.mm): %s" % policy.get("reason", "not measured")]
+    else:
+        c = policy["backward_matmuls"]
+        word = {True: "RECOMPUTED (policy ignored)", False: "saved", None: "not measured"}
+        if policy.get("device") == "cpu":
+            word[None] += " (on CPU only matmuls inside compiled code can be counted)"
+        parts = []
+        for name in (CASE, "workaround"):
+            n, verdict = c.get(name), word[policy["%s_matmul_recomputed_in_backward" % name]]
+            parts.append("%s %s" % (name, verdict) if n is None else "%s %s -> %s" % (name, n, verdict))
+        out = ["policy (MUST_SAVE aten.mm), matmuls computed in one backward: %d where the forward "
+               "matmul is saved; %s" % (policy["baseline"], "; ".join(parts))]
+    seen = policy.get("ops_seen") or {}
+    if seen:
+        out.append("policy was asked about: " + "; ".join(
+            "%s %s" % (name, ops_asked(seen[name])) for name in (CASE, "eager_sac", "workaround") if name in seen))
+    for name, error in (policy.get("backward_errors") or {}).items():
+        out.append("policy: backward of %s raised %s" % (name, error))
+    return out
+
+
+def ops_asked(seen):
+    """'aten.mm.out -> PREFER_RECOMPUTE, ...', one entry per op, in the order of the policy's answer."""
+    return ", ".join("%s -> %s" % (op, decision) for op, decision, _ in sorted(seen, key=lambda r: (r[1] != "MUST_SAVE", r[0])))
+
+
+def verdict_line(report):
+    return "VERDICT: %s (exit %d): %s" % (report["verdict"], report["exit_code"], report["reason"])
+
+
+def actual(report):
+    """What this run showed, in one sentence."""
+    if report["verdict"] == "cannot_test":
+        return "this build could not be tested: " + report["reason"]
+    case = report["scenarios"][CASE]
+    if case["eager_calls"]:
+        return "the compiled f ran eagerly under SAC: " + report["reason"]
+    said = "the compiled f ran Inductor kernels under SAC in all %d calls" % len(case["calls"])
+    policy = report["policy"]
+    recomputed = policy.get("with_context_matmul_recomputed_in_backward")
+    asked = [op for op, _, _ in (policy.get("ops_seen") or {}).get(CASE, [])]
+    about = ""
+    if asked:
+        about = "the policy was asked about %s%s, and " % (
+            ", ".join("`%s`" % op for op in asked),
+            "" if "aten.mm.default" in asked else ", never `aten.mm.default`")
+    if recomputed:
+        c = policy["backward_matmuls"]
+        return "%s; but %sbackward ran the forward matmul again (%d matmuls in backward against %d " \
+               "where it is saved)" % (said, about, c[CASE], policy["baseline"])
+    if recomputed is False:
+        return "%s, and %sthe policy kept the forward matmul out of backward" % (said, about)
+    return "%s; whether the policy held was not measured (%s)" % (said, policy.get("reason", "?"))
+
+
+def table(rows, header):
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header] + rows]
+
+
+def markdown_table(rows, header):
+    return ["| %s |" % " | ".join(header), "|%s" % ("---|" * len(header))] + [
+        "| %s |" % " | ".join(c.replace("|", "\\|") for c in r) for r in rows]
+
+
+def render_text(report):
+    out = []
+    if report["env"].get("torch"):
+        out.append("environment: " + environment_line(report["env"]))
+    out.append("evidence: " + report["source"])
+    rows = scenario_rows(report)
+    if rows:
+        out += table(rows, TABLE_HEADER)
+    out += loop_kernel_lines(report)
+    out += policy_lines(report["policy"])
+    if report["errors"].get("loops_error"):
+        out.append("the report's loops raised: " + report["errors"]["loops_error"])
+    out.append(verdict_line(report))
+    if report["verdict"] == "reproduced" and report["scenarios"][CASE]["eager_calls"]:
+        out.append("hint: " + DYNAMO_HINT)
+    return "\n".join(out)
+
+
+def render_markdown(report, command, script_path, collect_env):
+    env = report["env"]
+    torch_line = "torch %s (git %s) on %s" % (env.get("torch"), (env.get("torch_git") or "?")[:12],
+                                             env.get("gpu") or env.get("device")) if env.get("torch") else report["source"]
+    out = ["### torch.compile'd function called inside selective activation checkpointing (pytorch/pytorch#161889)",
+           "", "%s. Command: `%s`" % (torch_line, command), "",
+           "- **Expected:** %s." % EXPECTED,
+           "- **Actual:** %s." % actual(report),
+           "- **Verdict:** `%s` (exit %d)" % (report["verdict"], report["exit_code"]), ""]
+    rows = scenario_rows(report)
+    if rows:
+        out += markdown_table(rows, TABLE_HEADER) + [""]
+    out += ["%s  " % l for l in policy_lines(report["policy"])]
+    out += ["", "<details><summary>Repro: the report's code as it ran (standalone; [changed] and "
+            "[added] mark the edits to the report)</summary>", "", "```python",
+            report_code(script_path).rstrip(), "```", "", "</details>", ""]
+    out += ["<details><summary>Versions (python -m torch.utils.collect_env)</summary>", "", "```",
+            environment_line(env), "", collect_env or "(not collected)", "```", "", "</details>"]
+    return "\n".join(out)
+
+
+def release_table_markdown(rows):
+    """bisect_torch.py's per-release table, to paste under a --markdown report."""
+    return "\n".join(markdown_table(rows, ("torch", "git", "verdict", "exit", "evidence")))

@@ -1,0 +1,253 @@
+"""The verdict, from what ran, call by call: the kernel classifier, the judging of each call, the
+policy check, and the exit codes that `git bisect run` reads. Stdlib only: it never imports torch.
+
+Every path (torch.profiler in the child, nsys, ncu) hands over the same thing: per scenario, the
+names of what ran in each call (ops, profiler labels, kernels). Each call is judged on its own.
+"""
+import collections
+import re
+
+# ----------------------------------------------------------------------------- exit codes
+EXIT_NOT_REPRODUCED, EXIT_REPRODUCED, EXIT_CANNOT_TEST, EXIT_ABORT = 0, 1, 125, 128
+# The exit code of each verdict, for each way of bisecting. `git bisect run` reads 0 as the old
+# term and 1 as the new one; 125 skips the build.
+TERMS = {
+    "regression": {"not_reproduced": 0, "reproduced": 1, "cannot_test": 125},  # good/bad (default)
+    "fix": {"reproduced": 0, "not_reproduced": 1, "cannot_test": 125},  # --term-old broken --term-new fixed
+}
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line and EXIT_ABORT, never a verdict."""
+
+
+# ----------------------------------------------------------------------------- what ran
+CONTROL, CASE = "without_context", "with_context"
+# The report's NVTX ranges, "f_compiled_with_context 17": which scenario each loop is.
+LOOPS = {"f_compiled_without_context": CONTROL, "f_compiled_with_context": CASE}
+LOOP_CALLS = 50
+# Policy check: scenarios that save the forward matmul, and the one that recomputes it.
+POLICY_SAVES = ("eager_sac", "compiled_no_checkpoint")
+POLICY_RECOMPUTES = (CONTROL,)
+
+# Profiler labels that exist only when compiled code runs: Dynamo's frame, AOTAutograd's
+# autograd.Function, Inductor's graph call (emitted only while profiling).
+COMPILED_REGION_LABELS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph")
+# The report's f is two multiplies and two adds; run eagerly they show up one op (and kernel) each.
+EAGER_POINTWISE_OPS = ("aten::mul", "aten::add")
+CPU_MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+DYNAMO_HINT = ("Dynamo's own reason for the skip: rerun with TORCH_LOGS=+dynamo and look for "
+               "'skipping: f (reason: non-infra torch dispatch mode present ...)'.")
+
+
+def classify_kernel(name):
+    """One classifier for torch.profiler, nsys and ncu names: inductor | cublas | eager_aten | other.
+
+    Inductor's kernels are named by torch/_inductor/codegen (triton_{poi,red,per,tem}_fused_*,
+    `triton_` with unique names off, cpp_fused_* on CPU). Matmul library names vary with GPU and
+    cuBLAS version, so they are matched by family, never by exact name."""
+    if re.match(r"triton_|(graph_\d+_)?cpp_fused_", name):
+        return "inductor"
+    if re.search(r"gemm|gemv|xmma|cutlass|nvjet|cublas", name, re.IGNORECASE):
+        return "cublas"
+    # nsys and torch.profiler print at::native::..., ncu shortens it to at::...
+    if re.search(r"\bat::", name) or name.startswith("aten::"):
+        return "eager_aten"
+    return "other"
+
+
+def is_eager_pointwise(name):
+    """The eager ops of f, as CPU ops (aten::mul) or as their CUDA kernels (MulFunctor, add)."""
+    if name.split(".")[0] in EAGER_POINTWISE_OPS:
+        return True
+    return classify_kernel(name) == "eager_aten" and bool(
+        re.search(r"MulFunctor|AddFunctor|CUDAFunctorOnSelf_add|CUDAFunctor_add", name))
+
+
+def is_kernel(name):
+    """A kernel (Inductor's, cuBLAS's or eager ATen's), as opposed to a CPU op or a label."""
+    kind = classify_kernel(name)
+    return kind == "inductor" or (kind != "other" and not name.startswith("aten::"))
+
+
+def ran_compiled_code(name):
+    return name.startswith(COMPILED_REGION_LABELS) or classify_kernel(name) == "inductor"
+
+
+def classify_call(names):
+    """compiled | eager | unknown, from the names of what ran in one call (or one NVTX range).
+
+    Compiled: a compiled region or an Inductor kernel ran, and none of f's eager ops. Eager: f's
+    eager ops ran, and no compiled code. Anything else settles nothing."""
+    compiled = any(ran_compiled_code(n) for n in names)
+    eager = any(is_eager_pointwise(n) for n in names)
+    if compiled != eager:
+        return "compiled" if compiled else "eager"
+    return "unknown"
+
+
+def refused_to_run_eagerly(e):
+    """From 2.12 on, a fullgraph=True function that Dynamo skips raises instead of running eagerly:
+    the same skip, made loud. Any other exception is the torch under test failing."""
+    return "found no compiled frames" in str(e)
+
+
+def eager_label(name):
+    """aten::mul as is; a CUDA kernel by its functor (MulFunctor, CUDAFunctorOnSelf_add, ...)."""
+    functors = [] if name.startswith("aten::") else [
+        f for f in re.findall(r"\w*Functor\w*", name) if f not in ("AUnaryFunctor", "BUnaryFunctor")]
+    return functors[0] + " kernel" if functors else abridge(name, 28)
+
+
+def abridge(name, width=48):
+    """Kernel names for a table: namespaces and template casts dropped, the functor kept."""
+    name = re.sub(r"^void |\bat::native::|\bat::|\((?:int|unsigned long|bool)\)", "", name)
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def by_class(kernels):
+    out = collections.defaultdict(list)
+    for k in kernels:
+        out[classify_kernel(k)].append(k)
+    return dict(out)
+
+
+# ----------------------------------------------------------------------------- per scenario
+def summarize(calls, shows=None):
+    """A scenario's evidence from its calls: each a Counter of the names that ran in it. Calls
+    that raised fullgraph's "found no compiled frames" come as None: eager, made loud."""
+    kinds = ["eager" if c is None else classify_call(c) for c in calls]
+    total = collections.Counter()
+    for c in calls:
+        total.update(c or {})
+    kernels = sorted(n for n in total if is_kernel(n))
+    return {"shows": shows, "calls": kinds,
+            "compiled_calls": kinds.count("compiled"), "eager_calls": kinds.count("eager"),
+            "eager_pointwise": {n: total[n] for n in sorted(total) if is_eager_pointwise(n)},
+            "kernels": kernels, "kernels_by_class": by_class(kernels)}
+
+
+def from_child(entry):
+    """A scenario as the child measured it (measure.py) -> its summary."""
+    calls = [None if "refused" in c else collections.Counter(dict(c["names"])) for c in entry.get("calls", [])]
+    s = summarize(calls, entry.get("shows"))
+    for key in ("forward_us", "error", "backward_matmuls", "backward_error"):
+        if key in entry:
+            s[key] = entry[key]
+    refused = [c["refused"] for c in entry.get("calls", []) if "refused" in c]
+    if refused:
+        s["refused"] = refused[0]
+    s["policy_saw"] = entry.get("policy_saw", [])
+    return s
+
+
+# ----------------------------------------------------------------------------- the verdict
+def decide(scenarios, policy, strict_policy):
+    """(verdict, reason) from the calls of the control and of the case under SAC."""
+    control, case = scenarios.get(CONTROL), scenarios.get(CASE)
+    if not control or not control["calls"]:
+        return "cannot_test", "no calls of the control (%s) were seen" % CONTROL
+    n = len(control["calls"])
+    if control["compiled_calls"] < n:
+        return "cannot_test", ("the control (the compiled f under a plain checkpoint) ran compiled "
+                               "code in only %d of %d calls, so this build cannot show the bug here"
+                               % (control["compiled_calls"], n))
+    if not case or not case["calls"]:
+        return "cannot_test", "no calls under SAC (%s) were seen" % CASE
+    m = len(case["calls"])
+    if case["eager_calls"]:
+        what = "%d of %d calls under SAC ran eagerly" % (case["eager_calls"], m)
+        if case.get("refused"):
+            how = "Dynamo skipped f_compiled and, with fullgraph=True, raised: " + case["refused"]
+        else:
+            how = "no compiled code, eager " + ", ".join(eager_label(k) for k in case["eager_pointwise"])
+        return "reproduced", "%s (%s), while all %d calls of the control ran compiled code" % (what, how, n)
+    if case["compiled_calls"] < m:
+        return "cannot_test", ("%d of %d calls under SAC showed neither compiled code nor f's eager ops"
+                               % (m - case["compiled_calls"], m))
+    if strict_policy:
+        ignored = policy.get("with_context_matmul_recomputed_in_backward")
+        if ignored is None:
+            return "cannot_test", "--strict-policy: the policy check was not measured (%s)" % policy.get("reason", "?")
+        if ignored:
+            return "reproduced", ("--strict-policy: compiled code ran under SAC, but the policy's "
+                                  "MUST_SAVE on aten.mm was ignored: backward ran the forward matmul again")
+    return "not_reproduced", "all %d calls under SAC ran compiled code, as did all %d of the control" % (m, n)
+
+
+def judge_policy(scenarios, device):
+    """Was MUST_SAVE(aten.mm) ignored, i.e. did backward compute the forward matmul again?
+
+    Trusted only when the controls separate: those that save the matmul (eager SAC, compiled f
+    with no checkpoint) agree on a baseline, and the one that recomputes it (plain checkpoint
+    around the compiled f) counts more. A subject is "recomputed" when it counts more than that."""
+    counts = {k: v.get("backward_matmuls") for k, v in scenarios.items() if "backward_matmuls" in v}
+    saves = {counts.get(k) for k in POLICY_SAVES} - {None}
+    recomputes = [counts[k] for k in POLICY_RECOMPUTES if counts.get(k) is not None]
+    policy = {"backward_matmuls": counts, "trusted": False, "baseline": None, "device": device,
+              "with_context_matmul_recomputed_in_backward": None,
+              "workaround_matmul_recomputed_in_backward": None,
+              "ops_seen": {k: v["policy_saw"] for k, v in scenarios.items() if v.get("policy_saw")},
+              "backward_errors": {k: v["backward_error"] for k, v in scenarios.items() if v.get("backward_error")}}
+    if len(saves) != 1 or not recomputes or min(recomputes) <= min(saves):
+        policy["reason"] = ("not measured: the controls do not separate on this device and torch "
+                            "(matmuls in backward: %s)" % ", ".join(
+                                "%s %s" % (k, counts.get(k, "-")) for k in POLICY_SAVES + POLICY_RECOMPUTES))
+        return policy
+    policy["trusted"], policy["baseline"] = True, saves.pop()
+    for name in (CASE, "workaround"):
+        n = counts.get(name)
+        policy["%s_matmul_recomputed_in_backward" % name] = None if n is None else n > policy["baseline"]
+    return policy
+
+
+def new_report(source, env):
+    """The keys every report has, in --json and on screen, whatever the evidence."""
+    return {"verdict": None, "exit_code": None, "reason": None, "source": source,
+            "torch_version": env.get("torch"), "torch_git_version": env.get("torch_git"),
+            "device": env.get("device"), "env": env, "scenarios": {}, "policy": {}, "errors": {}}
+
+
+def settle(report, verdict, reason, terms):
+    report["verdict"], report["reason"] = verdict, reason
+    report["exit_code"] = TERMS[terms][verdict]
+    return report
+
+
+def report_from_child(raw, terms, strict_policy):
+    """The verdict of a torch.profiler run (the child's JSON, see measure.py)."""
+    env = raw.get("env") or {}
+    report = new_report("torch.profiler, %s" % env.get("device", "?"), env)
+    for key in ("loops_error", "traceback"):
+        if raw.get(key):
+            report["errors"][key] = raw[key]
+    if raw["status"] != "ok":
+        return settle(report, "cannot_test", raw["reason"], terms)
+    for name, entry in raw["scenarios"].items():
+        report["scenarios"][name] = from_child(entry)
+    report["policy"] = judge_policy(report["scenarios"], report["device"])
+    return settle(report, *decide(report["scenarios"], report["policy"], strict_policy), terms)
+
+
+def report_from_loops(rows, source, terms, strict_policy):
+    """The verdict of a profiler capture of the report's loops: (range, kernel, instances) rows,
+    one NVTX range per call."""
+    loops = {s: collections.defaultdict(collections.Counter) for s in LOOPS.values()}
+    for rng, kernel, n in rows:
+        m = re.search(r"(f_compiled_with(?:out)?_context) (\d+)\s*$", rng)
+        if m:
+            loops[LOOPS[m.group(1)]][int(m.group(2))][kernel] += n
+    report = new_report(source, {"device": "cuda"})
+    report["policy"] = {"with_context_matmul_recomputed_in_backward": None,
+                        "workaround_matmul_recomputed_in_backward": None,
+                        "reason": "not measured: the report's loops run forward only"}
+    for scenario, ranges in loops.items():
+        s = report["scenarios"][scenario] = summarize([ranges[i] for i in sorted(ranges)])
+        s["ranges"] = sorted(ranges)
+        s["kernel_counts"] = dict(sum(ranges.values(), collections.Counter()))
+    missing = ["%s (%d of %d ranges with kernels)" % (name, len(loops[s]), LOOP_CALLS)
+               for name, s in LOOPS.items() if len(loops[s]) < LOOP_CALLS]
+    if missing:
+        return settle(report, "cannot_test", "incomplete evidence in %s: missing ranges for %s" % (
+            source, "; ".join(missing)), terms)
+    return settle(report, *decide(report["scenarios"], report["policy"], strict_policy), terms)
