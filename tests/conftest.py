@@ -31,6 +31,18 @@ def run_json(python, tmp_path, *args, **kw):
 
 
 @pytest.fixture(scope="session")
+def fixed_run(tmp_path_factory):
+    """The torch of this environment (the test set-up pins a fixed release, 2.13.0), run once for
+    all tests: (exit code, JSON report, its text as the script prints it, stderr, markdown)."""
+    import render
+    import torch
+    assert tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 10), torch.__version__
+    rc, report, markdown, stderr = run_json(sys.executable, tmp_path_factory.mktemp("fixed"),
+                                            "--device", "cpu", "--markdown")
+    return rc, report, render.render_text(report), stderr, markdown
+
+
+@pytest.fixture(scope="session")
 def release_python():
     """Python of a cached virtual environment with one PyPI torch release (built on first use)."""
     def get(version):

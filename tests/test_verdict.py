@@ -15,16 +15,8 @@ REQUIRED_KEYS = {"verdict", "exit_code", "reason", "torch_version", "torch_git_v
                  "scenarios", "policy", "errors", "env", "source"}
 
 
-@pytest.fixture(scope="module")
-def fixed_run(tmp_path_factory):
-    """The torch of this environment: the test set-up pins a fixed release (2.13.0)."""
-    import torch
-    assert tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 10), torch.__version__
-    return run_json(sys.executable, tmp_path_factory.mktemp("fixed"), "--device", "cpu")
-
-
 def test_fixed_torch_runs_compiled_code_under_sac(fixed_run):
-    rc, report, stdout, _ = fixed_run
+    rc, report, stdout, _, _ = fixed_run
     assert rc == 0, stdout
     assert report["verdict"] == "not_reproduced" and report["exit_code"] == 0
     assert REQUIRED_KEYS <= set(report)
@@ -41,7 +33,7 @@ def test_fixed_torch_runs_compiled_code_under_sac(fixed_run):
 def test_fixed_torch_ignores_the_policy_under_sac_of_compile(fixed_run):
     """The fix's open end: the report's policy sees no aten.mm.default inside the compiled
     region, so backward runs the forward matmul again; the workaround saves it."""
-    _, report, stdout, _ = fixed_run
+    _, report, stdout, _, _ = fixed_run
     policy = report["policy"]
     assert policy["trusted"] is True, policy
     assert policy["with_context_matmul_recomputed_in_backward"] is True
@@ -53,7 +45,7 @@ def test_fixed_torch_ignores_the_policy_under_sac_of_compile(fixed_run):
 def test_the_policy_is_asked_about_inductors_extern_matmul_under_sac(fixed_run):
     """What the policy saw, recorded in the child: under sac(compile(f)) Inductor's aten.mm.out,
     never aten.mm.default; under eager SAC aten.mm.default, which it saves."""
-    _, report, stdout, _ = fixed_run
+    _, report, stdout, _, _ = fixed_run
     seen = {name: {op: decision for op, decision, _ in ops} for name, ops in report["policy"]["ops_seen"].items()}
     assert seen["with_context"] == {"aten.mm.out": "PREFER_RECOMPUTE"}
     assert seen["eager_sac"]["aten.mm.default"] == "MUST_SAVE"
@@ -63,7 +55,7 @@ def test_the_policy_is_asked_about_inductors_extern_matmul_under_sac(fixed_run):
 
 
 def test_progress_is_shown_while_it_runs(fixed_run):
-    _, _, _, stderr = fixed_run
+    _, _, _, stderr, _ = fixed_run
     lines = [l for l in stderr.splitlines() if l.startswith("sac-repro: ")]
     assert lines[0] == "sac-repro: compiling f and running the report's two loops of 50 calls"
     assert "sac-repro: scenario with_context: 3 profiled calls" in lines
@@ -71,7 +63,7 @@ def test_progress_is_shown_while_it_runs(fixed_run):
 
 
 def test_hunting_the_fix_swaps_only_0_and_1(fixed_run):
-    _, report, _, _ = fixed_run
+    _, report, _, _, _ = fixed_run
     assert verdict.settle(dict(report), "not_reproduced", "r", "fix")["exit_code"] == 1
     assert verdict.settle(dict(report), "reproduced", "r", "fix")["exit_code"] == 0
     assert verdict.settle(dict(report), "cannot_test", "r", "fix")["exit_code"] == 125
@@ -79,7 +71,7 @@ def test_hunting_the_fix_swaps_only_0_and_1(fixed_run):
 
 
 def test_strict_policy_counts_the_ignored_policy_as_reproduced(fixed_run):
-    _, report, _, _ = fixed_run
+    _, report, _, _, _ = fixed_run
     got, reason = verdict.decide(report["scenarios"], report["policy"], strict_policy=True)
     assert got == "reproduced" and reason.startswith("--strict-policy: compiled code ran under SAC")
     unmeasured = dict(report["policy"], with_context_matmul_recomputed_in_backward=None)
