@@ -312,8 +312,6 @@ def parse_release(v):
 
 def releases_between(old, new, available):
     lo, hi = parse_release(old), parse_release(new)
-    if lo >= hi:
-        raise UsageError("OLD (%s) must be older than NEW (%s)" % (old, new))
     out = sorted({v for v in available if re.fullmatch(r"\d+\.\d+\.\d+", v)
                   and lo <= parse_release(v) <= hi}, key=parse_release)
     for v in (old, new):
@@ -354,6 +352,8 @@ def matrix(args):
 
 
 def releases(args):
+    if parse_release(args.old) >= parse_release(args.new):  # before asking PyPI anything
+        raise UsageError("OLD (%s) must be older than NEW (%s)" % (args.old, args.new))
     versions = releases_between(args.old, args.new, pypi_versions())
     say("releases from %s to %s: %s" % (args.old, args.new, ", ".join(versions)))
     cache, table = cache_dir(args.cache), []

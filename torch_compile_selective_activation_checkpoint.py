@@ -113,7 +113,7 @@ def sac_of_f(x, y):
 # Dynamo's cache, and on affected torch its sticky skip, live on f's code object: the control gets
 # a code object that was never called under SAC.
 f_control = torch.compile(fresh_code(f), fullgraph=True, dynamic=True)
-f_sac_compiled = torch.compile(sac_of_f, fullgraph=True, dynamic=True)
+f_sac_compiled = torch.compile(sac_of_f, fullgraph=True)  # as the README's workaround spells it
 
 # name: (what it shows, what it calls)
 SCENARIOS = {

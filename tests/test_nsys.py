@@ -331,3 +331,19 @@ def test_real_ncu_summary_with_the_fix_reverted():
     assert "100 x eager_aten   vectorized_elementwise_kernel<4, AUnaryFunctor<float, float, float, " \
            "binary_internal::MulFunctor" in stdout
     assert "eager MulFunctor kernel, CUDAFunctorOnSelf_add kernel" in stdout
+
+
+@pytest.mark.parametrize("name", ["capture.sqlite", "nvtx_kern_sum.csv"])
+def test_real_nsys_capture_with_the_fix_reverted(name):
+    """run_nsys.sh with nsys 2023.4.4 on the H200, torch 2.11 with SAC's ignore_compile_internals
+    reverted in-process: every range under SAC ran MulFunctor/CUDAFunctorOnSelf_add kernels."""
+    rc, stdout, _ = run(sys.executable, "--from-nsys", data("h200-torch2.11-fix-reverted", name))
+    assert rc == 1, stdout
+    assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 0 ran compiled code, 50 ran eagerly" in stdout
+    assert "VERDICT: reproduced (exit 1): 50 of 50 calls under SAC ran eagerly" in stdout
+
+
+def test_hunting_the_fix_on_a_real_affected_capture_exits_0(fake_tools):
+    got, stdout, stderr, _ = fake_tools("--report", data("h200-torch2.11-fix-reverted", "capture.sqlite"), "--hunt-fix")
+    assert got == 0, stdout + stderr
+    assert "VERDICT: reproduced (exit 0)" in stdout
