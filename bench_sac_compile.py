@@ -2,25 +2,36 @@
 """What the bug costs at a realistic size: a stack of transformer MLP blocks, each checkpointed
 with the report's kind of policy (save the matmuls, recompute the rest), in six arrangements.
 
-    python bench_sac_compile.py                      # H200-sized: hidden 4096, 16k tokens, bf16
+    python bench_sac_compile.py                       # one GPU: hidden 4096, 16k tokens, bf16
+    torchrun --nproc-per-node 2 bench_sac_compile.py --fsdp   # sharded with FSDP2, 16k tokens per rank
     python bench_sac_compile.py --device cpu --small  # smoke test: runs everything, no timing claims
+    torchrun --nproc-per-node 2 bench_sac_compile.py --fsdp --device cpu --small   # the same, gloo
 
-Correctness first (gradients against eager), then fwd+bwd time (CUDA events, median of many),
-peak memory, and the matmul kernels that ran in backward. Ratios are against compile(sac(block)).
+The arrangements are built as sharded-training code builds them: `checkpoint_wrapper` with the SAC
+`context_fn`, `torch.compile` per block, and with --fsdp `fully_shard` per block and at the root
+with a bf16 MixedPrecisionPolicy, in torchtitan's order or the reported one. Correctness first (the
+loss and every gradient, gathered, against eager without sharding), then fwd+bwd time (CUDA events,
+median of many; with --fsdp the slowest rank's median), peak memory (the largest of the ranks), and
+the matmul kernels that ran in one backward. Ratios are against compile(sac(block)).
 """
 import argparse
 import functools
+import os
 import statistics
 import sys
 import time
 
 import torch
+import torch._inductor.config
+import torch.distributed as dist
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint, CheckpointPolicy, create_selective_checkpoint_contexts
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from measure import backward_matmuls, fresh_code
 
 MATMULS = [torch.ops.aten.mm.default]
+WORKAROUND = "compile(sac(block)) [workaround]"
 
 
 def policy_saving(ops):
@@ -29,148 +40,218 @@ def policy_saving(ops):
     return functools.partial(create_selective_checkpoint_contexts, policy_fn)
 
 
-def block(x, norm_w, w_up, w_down):
+class Block(torch.nn.Module):
     """Pre-norm MLP block: x + W_down(gelu(W_up(rmsnorm(x)))). Matmuls are aten.mm (no bias)."""
-    h = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * norm_w
-    return x + F.gelu(h @ w_up, approximate="tanh") @ w_down
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.norm_w = torch.nn.Parameter(torch.ones(hidden))
+        self.w_up = torch.nn.Parameter(torch.empty(hidden, 4 * hidden))
+        self.w_down = torch.nn.Parameter(torch.empty(4 * hidden, hidden))
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * self.norm_w
+        return x + F.gelu(h @ self.w_up, approximate="tanh") @ self.w_down
 
 
-def arrangements(has_wrap_option):
+def compiled(module, **options):
+    """torch.compile in place (Module.compile), as torchtitan compiles its blocks: the module stays
+    itself, so checkpoint_wrapper and fully_shard wrap it as they would an uncompiled one."""
+    module.compile(fullgraph=True, **({"options": options} if options else {}))
+    return module
+
+
+def arrangements():
+    """name -> how a block is wrapped. Each arrangement gets a Block class with its own forward
+    code object: Dynamo's cache, and on affected torch its sticky skip under SAC, live on it."""
     sac = policy_saving(MATMULS)
-    compile_ = functools.partial(torch.compile, fullgraph=True)
-    c_plain, c_inner = compile_(fresh_code(block)), compile_(fresh_code(block))
-    block_outer = fresh_code(block)
-    c_outer = compile_(lambda *a: checkpoint(block_outer, *a, use_reentrant=False, context_fn=sac))
+    compile_ = compiled
     out = {
-        "eager": block,
-        "eager SAC": lambda *a: checkpoint(block, *a, use_reentrant=False, context_fn=sac),
-        "compiled, no checkpoint": c_plain,
-        "sac(compile(block)) [reported]": lambda *a: checkpoint(c_inner, *a, use_reentrant=False, context_fn=sac),
-        "compile(sac(block)) [workaround]": c_outer,
+        "eager": lambda b: b,
+        "eager SAC": lambda b: checkpoint_wrapper(b, context_fn=sac),
+        "compiled, no checkpoint": lambda b: compile_(b),
+        "sac(compile(block)) [reported]": lambda b: checkpoint_wrapper(compile_(b), context_fn=sac),
+        WORKAROUND: lambda b: compile_(checkpoint_wrapper(b, context_fn=sac)),
     }
-    if has_wrap_option:
-        c_wrap = torch.compile(fresh_code(block), fullgraph=True, options={"wrap_inductor_compiled_regions": True})
+    if hasattr(torch._inductor.config, "wrap_inductor_compiled_regions"):  # 2.10 and later
         sac_wrap = policy_saving(MATMULS + [torch.ops.higher_order.inductor_compiled_code])
-        out["sac(compile(block, wrap_inductor_compiled_regions))"] = \
-            lambda *a: checkpoint(c_wrap, *a, use_reentrant=False, context_fn=sac_wrap)
+        out["sac(compile(block, wrap_inductor_compiled_regions))"] = lambda b: checkpoint_wrapper(
+            compiled(b, wrap_inductor_compiled_regions=True), context_fn=sac_wrap)
     return out
 
 
-def make_inputs(args, device):
-    g = torch.Generator(device="cpu").manual_seed(0)
-    h, t = args.hidden, args.tokens
-    x = (torch.randn(t, h, generator=g) * 0.5).to(device, args.dtype).requires_grad_()
-    params = []
-    for _ in range(args.layers):
-        params.append([torch.ones(h).to(device, args.dtype).requires_grad_(),
-                       (torch.randn(h, 4 * h, generator=g) / h ** 0.5).to(device, args.dtype).requires_grad_(),
-                       (torch.randn(4 * h, h, generator=g) / (4 * h) ** 0.5).to(device, args.dtype).requires_grad_()])
-    return x, params
+def initial_weights(args):
+    """The same weights for every arrangement and every rank, made on the CPU from one seed."""
+    g = torch.Generator().manual_seed(0)
+    h = args.hidden
+    return [{"norm_w": torch.ones(h), "w_up": torch.randn(h, 4 * h, generator=g) / h ** 0.5,
+             "w_down": torch.randn(4 * h, h, generator=g) / (4 * h) ** 0.5} for _ in range(args.layers)]
 
 
-def forward(fn, x, params):
-    y = x
-    for p in params:
-        y = fn(y, *p)
-    return y
+def build(name, wrap, weights, args, mesh):
+    """The model of one arrangement: its blocks wrapped, on the device, sharded with --fsdp."""
+    cls = type("Block_" + "".join(c if c.isalnum() else "_" for c in name), (Block,),
+               {"forward": fresh_code(Block.forward)})
+    blocks = []
+    for w in weights:
+        b = cls(args.hidden)
+        b.load_state_dict(w)
+        blocks.append(b.to(args.device, torch.float32 if args.fsdp else args.dtype))
+    if not args.fsdp:
+        return torch.nn.Sequential(*[wrap(b) for b in blocks])
+    from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
+    mp = MixedPrecisionPolicy(param_dtype=args.dtype, reduce_dtype=torch.float32)
+    model = torch.nn.Sequential(*[wrap(b) for b in blocks])
+    for block in model:
+        fully_shard(block, mesh=mesh, mp_policy=mp)
+    return fully_shard(model, mesh=mesh, mp_policy=mp)
 
 
-def step(fn, x, params):
-    forward(fn, x, params).float().square().mean().backward()
+def make_input(args):
+    g = torch.Generator().manual_seed(1)  # the same on every rank: sharded grads equal eager's
+    return (torch.randn(args.tokens, args.hidden, generator=g) * 0.5).to(args.device, args.dtype).requires_grad_()
 
 
-def grads(fn, x, params):
-    for t in [x] + [p for ps in params for p in ps]:
-        t.grad = None
-    step(fn, x, params)
-    return [t.grad.float().clone() for t in [x] + [p for ps in params for p in ps]]
+def loss_and_grads(model, x):
+    for p in list(model.parameters()) + [x]:
+        p.grad = None
+    loss = model(x).float().square().mean()
+    loss.backward()
+    grads = [x.grad] + [p.grad for p in model.parameters()]
+    return loss.detach().float(), [(g.full_tensor() if hasattr(g, "full_tensor") else g).float() for g in grads]
 
 
 def max_rel_err(got, ref):
     return max(((g - r).norm() / r.norm().clamp_min(1e-12)).item() for g, r in zip(got, ref))
 
 
-def time_steps(fn, x, params, device, warmup, iters):
-    for _ in range(warmup):
-        step(fn, x, params)
+def step(model, x):
+    model(x).float().square().mean().backward()
+
+
+def time_steps(model, x, args):
+    for _ in range(args.warmup):
+        step(model, x)
     times = []
-    for _ in range(iters):
-        if device == "cuda":
+    for _ in range(args.iters):
+        if args.device == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            step(fn, x, params)
+            step(model, x)
             end.record()
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
         else:
             t0 = time.perf_counter()
-            step(fn, x, params)
+            step(model, x)
             times.append((time.perf_counter() - t0) * 1e3)
     return times
 
 
-def peak_memory_gb(fn, x, params, device):
-    if device != "cuda":
+def peak_memory_gb(model, x, args):
+    if args.device != "cuda":
         return None
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    step(fn, x, params)
+    step(model, x)
     torch.cuda.synchronize()
     return (torch.cuda.max_memory_allocated() - base) / 2 ** 30
 
 
-def main():
+def across_ranks(value, op):
+    """The largest (or smallest) of a number over the ranks; the number itself without --fsdp."""
+    if not dist.is_initialized() or value is None:
+        return value
+    t = torch.tensor([float(value)], device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=op)
+    return t.item()
+
+
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--fsdp", action="store_true", help="shard with FSDP2; run with torchrun")
     p.add_argument("--small", action="store_true", help="tiny shapes, float32, few iterations (smoke test)")
     p.add_argument("--hidden", type=int, default=4096)
-    p.add_argument("--tokens", type=int, default=16384)
+    p.add_argument("--tokens", type=int, default=16384, help="per rank with --fsdp")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--tolerance", type=float, default=2e-2,
-                   help="max relative error of any gradient against eager (bf16 default)")
+                   help="max relative error of the loss and any gradient against eager (bf16 default)")
     args = p.parse_args()
     args.dtype = torch.bfloat16
     if args.small:
         args.hidden, args.tokens, args.layers, args.iters, args.warmup = 64, 128, 2, 3, 1
         args.dtype, args.tolerance = torch.float32, 1e-4
+    return args
+
+
+def setup(args):
+    """(rank, world size, device mesh); with --fsdp the process group, one GPU per rank."""
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("--device cuda: no CUDA device here; use --device cpu --small", file=sys.stderr)
-        return 2
-    has_wrap = hasattr(torch._inductor.config, "wrap_inductor_compiled_regions")
+        sys.exit("--device cuda: no CUDA device here; use --device cpu --small")
+    if not args.fsdp:
+        return 0, 1, None
+    if "RANK" not in os.environ:
+        sys.exit("--fsdp: start it with torchrun --nproc-per-node N")
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    from torch.distributed.device_mesh import init_device_mesh
+    return dist.get_rank(), dist.get_world_size(), init_device_mesh(args.device, (dist.get_world_size(),))
+
+
+def main():
+    args = parse_args()
+    rank, world, mesh = setup(args)
+    say = print if rank == 0 else (lambda *a, **k: None)
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    print("torch %s (git %s) | %s | hidden %d, tokens %d, layers %d, %s | %s" % (
-        torch.__version__, torch.version.git_version[:12], gpu, args.hidden, args.tokens,
-        args.layers, str(args.dtype).replace("torch.", ""), time.strftime("%Y-%m-%d")))
-    x, params = make_inputs(args, args.device)
-    arr = arrangements(has_wrap)
-    ref = grads(arr["eager"], x, params)
+    say("torch %s (git %s) | %s%s | hidden %d, tokens %d%s, layers %d, %s | %s" % (
+        torch.__version__, torch.version.git_version[:12], "%d x " % world if args.fsdp else "", gpu,
+        args.hidden, args.tokens, " per rank" if args.fsdp else "", args.layers,
+        str(args.dtype).replace("torch.", ""), time.strftime("%Y-%m-%d")))
+    if args.fsdp:
+        say("FSDP2: fully_shard per block and at the root, MixedPrecisionPolicy(param_dtype=%s, "
+            "reduce_dtype=float32), %s" % (str(args.dtype).replace("torch.", ""), dist.get_backend()))
+    weights, x = initial_weights(args), make_input(args)
+    ref_args = argparse.Namespace(**dict(vars(args), fsdp=False))
+    ref_loss, ref_grads = loss_and_grads(build("reference", lambda b: b, weights, ref_args, None), x)
     rows = {}
-    for name, fn in arr.items():
-        err = max_rel_err(grads(fn, x, params), ref)
+    for name, wrap in arrangements().items():
+        model = build(name, wrap, weights, args, mesh)
+        loss, grads = loss_and_grads(model, x)
+        err = max(abs(loss.item() - ref_loss.item()) / abs(ref_loss.item()), max_rel_err(grads, ref_grads))
+        err = across_ranks(err, dist.ReduceOp.MAX)
         ok = err <= args.tolerance
-        print("correctness %-55s max rel grad err vs eager %.2e  %s" % (name, err, "ok" if ok else "FAIL"))
+        say("correctness %-55s max rel err of loss and grads vs eager %.2e  %s" % (name, err, "ok" if ok else "FAIL"))
         if not ok:
             return 1
-    for name, fn in arr.items():
-        times = time_steps(fn, x, params, args.device, args.warmup, args.iters)
+        times = time_steps(model, x, args)
         q = statistics.quantiles(times, n=4) if len(times) >= 4 else [min(times), 0, max(times)]
-        rows[name] = {"median": statistics.median(times), "p25": q[0], "p75": q[-1],
-                      "mem": peak_memory_gb(fn, x, params, args.device),
-                      "bwd_mm": backward_matmuls(lambda: forward(fn, x, params), args.device)}
-    base = rows["compile(sac(block)) [workaround]"]
-    print("%-55s %12s %17s %8s %10s %8s %13s" % ("arrangement", "fwd+bwd ms", "p25-p75 ms",
-                                                 "x time", "peak GiB", "x mem", "bwd matmuls"))
+        rows[name] = {"median": across_ranks(statistics.median(times), dist.ReduceOp.MAX),
+                      "p25": q[0], "p75": q[-1],
+                      "mem": across_ranks(peak_memory_gb(model, x, args), dist.ReduceOp.MAX),
+                      "bwd_mm": backward_matmuls(lambda: model(x), args.device)}
+        del model
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    base = rows[WORKAROUND]
+    say("%-55s %12s %17s %8s %10s %8s %13s" % ("arrangement", "fwd+bwd ms", "p25-p75 ms",
+                                               "x time", "peak GiB", "x mem", "bwd matmuls"))
     for name, r in rows.items():
         mem = "-" if r["mem"] is None else "%.2f" % r["mem"]
         xmem = "-" if r["mem"] is None else "%.2f" % (r["mem"] / base["mem"])
-        print("%-55s %12.3f %8.3f-%-8.3f %8.2f %10s %8s %13s" % (
+        say("%-55s %12.3f %8.3f-%-8.3f %8.2f %10s %8s %13s" % (
             name, r["median"], r["p25"], r["p75"], r["median"] / base["median"], mem, xmem,
             "-" if r["bwd_mm"] is None else r["bwd_mm"]))
+    if args.fsdp:
+        say("(fwd+bwd: the slowest rank's median; p25-p75: rank 0's; peak GiB: the largest of the ranks)")
     if args.small:
-        print("(--small: a smoke test; these numbers are not a measurement)")
+        say("(--small: a smoke test; these numbers are not a measurement)")
+    if args.fsdp:
+        dist.destroy_process_group()
     return 0
 
 
