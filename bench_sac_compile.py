@@ -107,6 +107,15 @@ def build(name, wrap, weights, args, mesh):
     return fully_shard(model, mesh=mesh, mp_policy=mp)
 
 
+def fsdp_layout(model):
+    """'N fully_shard units, this rank holds K of M parameters': what the sharding really did."""
+    from torch.distributed.fsdp import FSDPModule
+    units = sum(isinstance(m, FSDPModule) for m in model.modules())
+    local = sum(p.to_local().numel() for p in model.parameters())
+    return "%d fully_shard units, rank %d holds %d of %d parameters" % (
+        units, dist.get_rank(), local, sum(p.numel() for p in model.parameters()))
+
+
 def make_input(args):
     g = torch.Generator().manual_seed(1)  # the same on every rank: sharded grads equal eager's
     return (torch.randn(args.tokens, args.hidden, generator=g) * 0.5).to(args.device, args.dtype).requires_grad_()
@@ -221,6 +230,8 @@ def main():
     rows = {}
     for name, wrap in arrangements().items():
         model = build(name, wrap, weights, args, mesh)
+        if args.fsdp and name == "eager":
+            say("FSDP2 layout: " + fsdp_layout(model))
         loss, grads = loss_and_grads(model, x)
         err = max(abs(loss.item() - ref_loss.item()) / abs(ref_loss.item()), max_rel_err(grads, ref_grads))
         err = across_ranks(err, dist.ReduceOp.MAX)

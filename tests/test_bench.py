@@ -37,3 +37,5 @@ def test_fsdp_smoke_runs_every_arrangement_on_two_processes():
     check(proc)
     assert "FSDP2: fully_shard per block and at the root" in proc.stdout
     assert "2 x cpu" in proc.stdout
+    # --small: 2 blocks and the root; each of the 2 ranks holds half of 2 * (64 + 2 * 64 * 256)
+    assert "FSDP2 layout: 3 fully_shard units, rank 0 holds 32832 of 65664 parameters" in proc.stdout

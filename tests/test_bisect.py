@@ -140,7 +140,6 @@ def test_git_bisect_run_finds_the_fixing_nightly(nightly_world):
     ("04", 125, "no torch wheel for 2025-09-04"),
     ("08", 125, "pip could not install"),
     ("05", 125, "crashed: killed by SIGSEGV"),
-    ("11", 125, "is not the nightly under test"),
 ])
 def test_each_kind_of_nightly_maps_to_its_exit_code(nightly_world, day, rc, says):
     got, out = step(nightly_world, day)
@@ -148,9 +147,10 @@ def test_each_kind_of_nightly_maps_to_its_exit_code(nightly_world, day, rc, says
     assert says in out
 
 
-def test_a_wheel_of_another_commit_names_both(nightly_world):
+def test_a_wheel_of_another_commit_is_skipped_naming_both(nightly_world):
     got, out = step(nightly_world, "11")
     assert got == 125, out
+    assert "is not the nightly under test" in out
     assert OTHER_COMMIT in out and nightly_world["commits"]["11"] in out and main_sha("11") in out
 
 
@@ -167,11 +167,32 @@ def test_outside_a_nightly_checkout_the_step_aborts(tmp_path):
     assert proc.returncode >= 128 and "not a commit of pytorch's nightly branch" in proc.stderr
 
 
-def test_bad_release_arguments_abort():
-    proc = subprocess.run([sys.executable, BISECT, "releases", "2.12.0", "2.8.0"], capture_output=True, text=True)
-    assert proc.returncode >= 128 and "must be older" in proc.stderr
-    proc = subprocess.run([sys.executable, BISECT, "releases", "two", "2.8.0"], capture_output=True, text=True)
-    assert proc.returncode >= 128 and "not a release version" in proc.stderr
+def test_bad_release_arguments_abort_before_asking_pypi():
+    offline = dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS="", PIP_CONFIG_FILE=os.devnull)
+    proc = subprocess.run([sys.executable, BISECT, "releases", "2.12.0", "2.8.0"], capture_output=True,
+                          text=True, env=offline)
+    assert proc.returncode == 128 and "must be older" in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, BISECT, "releases", "two", "2.8.0"], capture_output=True,
+                          text=True, env=offline)
+    assert proc.returncode == 128 and "not a release version" in proc.stderr, proc.stderr
+
+
+def test_a_python_without_venv_says_what_to_install(nightly_world, tmp_path):
+    """Debian and Ubuntu ship `python3 -m venv` apart (python3-venv); without it the step says
+    so in one line and aborts, instead of calling it a bug."""
+    fake = tmp_path / "fake" / "venv"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(
+        "import sys\nprint('The virtual environment was not created successfully because ensurepip "
+        "is not available.')\nsys.exit(1)\n")
+    git(nightly_world["repo"], "checkout", "-q", nightly_world["commits"]["06"])
+    proc = subprocess.run([sys.executable, BISECT, "nightly-step", "--index", str(nightly_world["wheels"]),
+                           "--cache", str(tmp_path / "cache")], cwd=nightly_world["repo"], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=str(tmp_path / "fake")))
+    assert proc.returncode == 128, proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "install python3-venv" in proc.stderr
+    assert "a bug" not in proc.stderr
 
 
 def test_interrupted_install_leaves_no_half_built_environment(nightly_world, tmp_path):

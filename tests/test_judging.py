@@ -21,7 +21,7 @@ ADD = ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAF
        "std::array<char *, (unsigned long)2>>(int, T2, T3)")
 HEADER = ("NVTX Range,Style,PID,TID,NVTX Inst,Kern Inst,Total Time (ns),Avg (ns),Med (ns),Min (ns),"
           "Max (ns),StdDev (ns),Kernel Name")
-COMPILED, EAGER, GEMM_ONLY = "compiled", "eager", "gemm-only"
+COMPILED, EAGER, GEMM_ONLY, BOTH = "compiled", "eager", "gemm-only", "both"
 
 
 def call_kernels(kind, rng):
@@ -30,6 +30,8 @@ def call_kernels(kind, rng):
         ks = [(k, 1) for k in TRITON]
     elif kind == EAGER:
         ks = [(MUL, 2), (ADD, 2)]
+    elif kind == BOTH:
+        ks = [(TRITON[0], 1), (MUL, 1), (ADD, 1)]
     else:
         ks = []
     ks.append((GEMM, 1))
@@ -100,6 +102,13 @@ def test_ranges_that_show_neither_kind_of_kernel_cannot_test(tmp_path):
     can be seen, so nothing is known about f's code; never read as reproduced."""
     rc, stdout, _ = judge(tmp_path, capture_csv(COMPILED, GEMM_ONLY, seed=5))
     assert rc == 125, stdout
+
+
+def test_ranges_that_show_both_kinds_cannot_test(tmp_path):
+    """Inductor kernels and f's eager kernels in the same range: which ran f is not known."""
+    rc, stdout, _ = judge(tmp_path, capture_csv(COMPILED, BOTH, seed=6))
+    assert rc == 125, stdout
+    assert "50 of 50 calls under SAC showed neither compiled code nor f's eager ops" in stdout
 
 
 # ------------------------------------------------------------------ defect 5: malformed files
