@@ -74,7 +74,7 @@ def ensure_venv(name, pip_args, cache, label):
     try:
         cmd = new_venv(partial) + ["install", "--disable-pip-version-check", "-q",
                                    "--no-cache-dir"] + pip_args  # the environments are the cache
-        # A session of its own: pip --python runs a second pip, and both must go on Ctrl-C
+        # A session of its own, ended as a whole on Ctrl-C, whatever pip has started
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         output = []
@@ -101,20 +101,13 @@ def ensure_venv(name, pip_args, cache, label):
 
 
 def new_venv(path):
-    """Makes a virtual environment; returns the pip command that installs into it. Where the pip
-    running here can install into another Python (pip 22.3 and later: --python), the environment
-    gets no pip of its own, which saves seconds per environment."""
-    probe = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True)
-    m = re.match(r"pip (\d+)\.(\d+)", probe.stdout)
-    outer_pip = probe.returncode == 0 and m and (int(m.group(1)), int(m.group(2))) >= (22, 3)
-    venv = subprocess.run([sys.executable, "-m", "venv"] + (["--without-pip"] if outer_pip else []) + [path],
-                          capture_output=True, text=True)
+    """Makes a virtual environment as `python3 -m venv` makes one, pip included (and on Python 3.11
+    setuptools, which torch 2.5's Inductor imports); returns the pip command that installs into it."""
+    venv = subprocess.run([sys.executable, "-m", "venv", path], capture_output=True, text=True)
     if venv.returncode != 0:
         raise UsageError("%s -m venv failed, and each torch under test needs its own virtual "
                          "environment: on Debian or Ubuntu, install python3-venv (%s)" % (
                              sys.executable, " ".join(venv.stdout.split() + venv.stderr.split())[-200:]))
-    if outer_pip:
-        return [sys.executable, "-m", "pip", "--python", venv_python(path)]
     return [venv_python(path), "-m", "pip"]
 
 

@@ -154,6 +154,20 @@ def test_a_wheel_of_another_commit_is_skipped_naming_both(nightly_world):
     assert OTHER_COMMIT in out and nightly_world["commits"]["11"] in out and main_sha("11") in out
 
 
+def test_each_torch_gets_a_standard_virtual_environment(nightly_world):
+    """As `python3 -m venv` makes one: with pip, and with whatever else the Python's venv puts in
+    (setuptools on 3.11, which torch 2.5's Inductor imports: without it 2.5.1 cannot compile)."""
+    step(nightly_world, "06")
+    env = next(p for p in (nightly_world["cache"] / "venvs").iterdir() if "dev20250906" in p.name)
+    reference = nightly_world["cache"].parent / "reference-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(reference)], check=True)
+    listing = [sys.executable, "-c", "import sys, glob; print(sorted(p.split('/')[-1].split('-')[0] "
+               "for p in glob.glob(sys.argv[1] + '/lib/python*/site-packages/*.dist-info')))"]
+    have = subprocess.run(listing + [str(env)], capture_output=True, text=True).stdout
+    want = subprocess.run(listing + [str(reference)], capture_output=True, text=True).stdout
+    assert eval(want) and set(eval(want)) <= set(eval(have)), (want, have)
+
+
 def test_regression_terms_invert_the_step(nightly_world):
     got, out = step(nightly_world, "06", "--terms", "regression")
     assert got == 1 and "reproduced -> exit 1" in out
