@@ -330,7 +330,7 @@ def test_release(version, cache, args, table):
 def print_table(args, table):
     if args.markdown:
         say("")
-        say(release_table_markdown(table))
+        say(release_table_markdown(sorted(table, key=lambda row: parse_release(row[0]))))
 
 
 def matrix(args):
