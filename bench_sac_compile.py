@@ -245,7 +245,7 @@ def main():
                       "p25": q[0], "p75": q[-1],
                       "mem": across_ranks(peak_memory_gb(model, x, args), dist.ReduceOp.MAX),
                       "bwd_mm": backward_matmuls(lambda: model(x), args.device)}
-        del model
+        model = None  # frees this arrangement before the next is built
         if args.device == "cuda":
             torch.cuda.empty_cache()
     base = rows[WORKAROUND]
