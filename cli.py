@@ -108,7 +108,7 @@ def run(script_path, argv):
         report = report_from_child(raw, args.terms, args.strict_policy)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2, sort_keys=True)
+            json.dump(report, fh, indent=2)  # in the order printed: scenarios as the table lists them
     if args.markdown:
         command = "python %s %s" % (os.path.basename(script_path), " ".join(argv))
         print(render_markdown(report, command.strip(), script_path,
