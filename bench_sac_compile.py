@@ -65,13 +65,12 @@ def arrangements():
     """name -> how a block is wrapped. Each arrangement gets a Block class with its own forward
     code object: Dynamo's cache, and on affected torch its sticky skip under SAC, live on it."""
     sac = policy_saving(MATMULS)
-    compile_ = compiled
     out = {
         "eager": lambda b: b,
         "eager SAC": lambda b: checkpoint_wrapper(b, context_fn=sac),
-        "compiled, no checkpoint": lambda b: compile_(b),
-        "sac(compile(block)) [reported]": lambda b: checkpoint_wrapper(compile_(b), context_fn=sac),
-        WORKAROUND: lambda b: compile_(checkpoint_wrapper(b, context_fn=sac)),
+        "compiled, no checkpoint": lambda b: compiled(b),
+        "sac(compile(block)) [reported]": lambda b: checkpoint_wrapper(compiled(b), context_fn=sac),
+        WORKAROUND: lambda b: compiled(checkpoint_wrapper(b, context_fn=sac)),
     }
     if hasattr(torch._inductor.config, "wrap_inductor_compiled_regions"):  # 2.10 and later
         sac_wrap = policy_saving(MATMULS + [torch.ops.higher_order.inductor_compiled_code])

@@ -15,9 +15,7 @@ def report_code(script_path):
     """The report's block of the main script, exactly as the child ran it."""
     text = open(script_path).read()
     begin, end = text.index(REPORT_BEGIN), text.index(REPORT_END)
-    body = text[text.index("\n", begin) + 1:end]
-    return "\n".join(l for l in body.splitlines() if not l.startswith("# As filed, but") and
-                     not l.startswith("# written, at module level")).strip() + "\n"
+    return text[text.index("\n", begin) + 1:end].strip() + "\n"
 
 
 def environment_line(env):

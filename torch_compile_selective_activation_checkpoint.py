@@ -24,9 +24,9 @@ if __name__ == "__main__":
 
     sys.exit(cli.main(__file__))
 
+# Below, between the two markers: the report's code as filed, but for the lines marked [changed] or
+# [added]. The child process runs it as written, at module level; `--markdown` pastes exactly it.
 # ==== the report's code (pytorch/pytorch#161889) ==================================================
-# As filed, but for the lines marked [changed] or [added]. The child process runs this block as
-# written, at module level; `--markdown` pastes exactly this text into the report.
 import functools
 import types  # [added]
 
