@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-from measure import backward_matmuls, fresh_code
+from sac_repro.measure import backward_matmuls, fresh_code
 
 MATMULS = [torch.ops.aten.mm.default]
 WORKAROUND = "compile(sac(block)) [workaround]"

@@ -33,9 +33,9 @@ import time
 import urllib.parse
 import urllib.request
 
-from cli import guarded, Parser
-from render import release_table_markdown
-from verdict import CASE, classify_kernel, CONTROL, EXIT_CANNOT_TEST, TERMS, UsageError
+from sac_repro.cli import guarded, Parser
+from sac_repro.render import release_table_markdown
+from sac_repro.verdict import CASE, classify_kernel, CONTROL, EXIT_CANNOT_TEST, TERMS, UsageError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPRO = os.path.join(HERE, "torch_compile_selective_activation_checkpoint.py")

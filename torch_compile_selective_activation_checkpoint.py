@@ -20,7 +20,9 @@ Exit codes (the `git bisect run` contract):
 import sys
 
 if __name__ == "__main__":
-    import cli  # the command line never imports torch: a crash of the torch under test becomes 125
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # sac_repro/, wherever called from
+    from sac_repro import cli  # never imports torch: a crash of the torch under test becomes 125
 
     sys.exit(cli.main(__file__))
 
@@ -103,7 +105,7 @@ if device == "cuda":  # [added] close the capture range
 # ==== the scenarios ================================================================================
 # Each runs after the report's loops, in the same process, a few calls under torch.profiler. The
 # verdict needs the first two; the others show what the fix leaves open and what to do instead.
-from measure import fresh_code  # noqa: E402
+from sac_repro.measure import fresh_code  # noqa: E402
 
 
 def sac_of_f(x, y):

@@ -34,7 +34,7 @@ def run_json(python, tmp_path, *args, **kw):
 def fixed_run(tmp_path_factory):
     """The torch of this environment (the test set-up pins a fixed release, 2.13.0), run once for
     all tests: (exit code, JSON report, its text as the script prints it, stderr, markdown)."""
-    import render
+    from sac_repro import render
     import torch
     assert tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 10), torch.__version__
     rc, report, markdown, stderr = run_json(sys.executable, tmp_path_factory.mktemp("fixed"),

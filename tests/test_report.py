@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT, SCRIPT
 
-import render
+from sac_repro import render
 
 EXPECTED_OUTPUT = os.path.join(ROOT, "expected_output.md")
 SEED_LINES = ["ops_to_save = [", "torch.ops.aten.mm.default,", "def policy_fn(ctx, op, *args, **kwargs):",

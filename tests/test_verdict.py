@@ -8,8 +8,7 @@ import pytest
 
 from conftest import ROOT, run, run_json, SCRIPT
 
-import cli
-import verdict
+from sac_repro import cli, verdict
 
 REQUIRED_KEYS = {"verdict", "exit_code", "reason", "torch_version", "torch_git_version", "device",
                  "scenarios", "policy", "errors", "env", "source"}
@@ -143,7 +142,7 @@ def test_a_bug_in_this_bundle_aborts_with_one_line(monkeypatch, capsys, tmp_path
 def test_a_bug_in_the_measured_part_aborts(tmp_path):
     env = write_sitecustomize(tmp_path, """
         sys.path.insert(0, %r)
-        import measure
+        from sac_repro import measure
         measure.profile_call = lambda step, device: {}["a bug"]
         """ % ROOT)
     rc, stdout, stderr = run(sys.executable, "--device", "cpu", env=env)
@@ -153,7 +152,7 @@ def test_a_bug_in_the_measured_part_aborts(tmp_path):
 
 def test_errors_are_told_apart_by_where_they_were_raised():
     import torch
-    import measure
+    from sac_repro import measure
     with pytest.raises(TypeError) as ours:
         verdict.classify_kernel(None)  # a bug here: never entered torch
     assert measure.raised_by_this_bundle(ours.value)

@@ -19,8 +19,8 @@ import types
 
 import torch
 
-from render import PROGRESS, REPORT_END
-from verdict import CASE, classify_kernel, CONTROL, CPU_MATMUL_OPS, refused_to_run_eagerly
+from .render import PROGRESS, REPORT_END
+from .verdict import CASE, classify_kernel, CONTROL, CPU_MATMUL_OPS, refused_to_run_eagerly
 
 PROFILED_CALLS = 3  # each judged on its own: one compiled call must not hide two eager ones
 TIMED_CALLS = 20

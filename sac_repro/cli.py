@@ -13,9 +13,9 @@ import sys
 import tempfile
 import threading
 
-from captures import load_rows
-from render import PROGRESS, render_markdown, render_text
-from verdict import EXIT_ABORT, EXIT_CANNOT_TEST, report_from_child, report_from_loops, UsageError
+from .captures import load_rows
+from .render import PROGRESS, render_markdown, render_text
+from .verdict import EXIT_ABORT, EXIT_CANNOT_TEST, report_from_child, report_from_loops, UsageError
 
 
 class Parser(argparse.ArgumentParser):
@@ -140,7 +140,7 @@ def child(script_path, args):
             json.dump({"status": "cannot_test", "reason": "torch failed to import: %s: %s" % (
                 type(e).__name__, " ".join(str(e).split())[:300])}, fh)
         return 0
-    import measure
+    from . import measure
     return measure.child_main(script_path, args.child_out, args.device, args.loops_only)
 
 

@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 
-from verdict import UsageError
+from .verdict import UsageError
 
 NSYS_CSV = "an nvtx_kern_sum CSV (`nsys stats -r nvtx_kern_sum -f csv`)"
 NCU_TEXT = "the output of `ncu --nvtx --print-summary per-nvtx`"

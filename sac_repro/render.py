@@ -1,7 +1,7 @@
 """The verdict and its evidence as text (the default), and as markdown to paste into a GitHub
 issue: the report's code as run, expected and actual, the evidence, then collect_env.
 """
-from verdict import abridge, CASE, classify_kernel, DYNAMO_HINT, eager_label, LOOP_CALLS, LOOPS
+from .verdict import abridge, CASE, classify_kernel, DYNAMO_HINT, eager_label, LOOP_CALLS, LOOPS
 
 PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
 REPORT_BEGIN = "# ==== the report's code"
