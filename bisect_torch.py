@@ -33,9 +33,19 @@ import time
 import urllib.parse
 import urllib.request
 
-from sac_repro.cli import guarded, Parser
-from sac_repro.render import release_table_markdown
-from sac_repro.verdict import CASE, classify_kernel, CONTROL, EXIT_CANNOT_TEST, TERMS, UsageError
+try:
+    from sac_repro.cli import Parser, positive_float
+    from sac_repro.exits import EXIT_CANNOT_TEST, guarded, TERMS, UsageError
+    from sac_repro.render import release_table_markdown
+    from sac_repro.verdict import CASE, classify_kernel, CONTROL
+except Exception as e:  # copied without its package, say: abort a bisect, never pass as 1
+    if __name__ != "__main__":
+        raise
+    try:
+        print("error: cannot import sac_repro beside %s (%s): copy the bundle's whole folder" % (
+            __file__, e), file=sys.stderr)
+    finally:
+        os._exit(128)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPRO = os.path.join(HERE, "torch_compile_selective_activation_checkpoint.py")
@@ -52,8 +62,11 @@ def say(msg):
 
 
 def cache_dir(arg):
-    return os.path.abspath(arg or os.environ.get("SAC_REPRO_CACHE")
+    path = os.path.abspath(arg or os.environ.get("SAC_REPRO_CACHE")
                            or os.path.join(os.path.expanduser("~"), ".cache", "sac-compile-repro"))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError("the cache %s is not a folder (--cache, or $SAC_REPRO_CACHE): name a folder" % path)
+    return path
 
 
 # --------------------------------------------------------------------------- virtual environments
@@ -128,22 +141,43 @@ def release_venv(version, cache):
 
 # --------------------------------------------------------------------------- running the repro
 def run_repro(python, args):
-    """Runs the repro in one environment; returns (exit code, report dict or None)."""
+    """Runs the repro in one environment; returns (exit code, report dict or None). On a signal
+    the repro is asked to stop (SIGTERM: it ends its own measured child), then killed."""
     fd, out = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:
-        cmd = [python, REPRO, "--device", args.device, "--timeout", str(args.timeout), "--json", out]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cmd = [python, REPRO, "--device", args.device, "--timeout", repr(args.timeout), "--json", out]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            output, _ = proc.communicate()
+        except BaseException:
+            stop(proc)
+            raise
         report = None
         if os.path.getsize(out):
             with open(out) as fh:
                 report = json.load(fh)
         if proc.returncode not in (0, 1, 125) or report is None:
             raise RuntimeError("the repro script failed (exit %d); its output ends:\n%s" % (
-                proc.returncode, proc.stdout[-1500:]))
+                proc.returncode, output[-1500:]))
         return proc.returncode, report
     finally:
         os.unlink(out)
+
+
+def stop(proc, grace=30):
+    """SIGTERM, time to clean up, then SIGKILL for whatever is left of its process group."""
+    try:
+        proc.terminate()
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def evidence(report):
@@ -192,10 +226,19 @@ def wheel_folder(index):
     return os.path.join(index, "torch") if os.path.isdir(os.path.join(index, "torch")) else index
 
 
+def is_url(index):
+    return re.match(r"https?://|file://", index) is not None
+
+
 def list_torch_wheels(index):
     """File names of torch wheels on a PEP 503 index (URL or folder) or in a flat folder of wheels."""
-    if os.path.isdir(index):
-        return sorted(f for f in os.listdir(wheel_folder(index)) if f.endswith(".whl"))
+    if not is_url(index):
+        if not os.path.isdir(index):
+            raise UsageError("--index %s: no such folder (an index is an http(s):// URL or a folder of wheels)" % index)
+        wheels = sorted(f for f in os.listdir(wheel_folder(index)) if f.startswith("torch-") and f.endswith(".whl"))
+        if not wheels:
+            raise UsageError("--index %s: no torch wheels in this folder (nor in its torch/)" % index)
+        return wheels
     url = index.rstrip("/") + "/torch/"
     try:
         with urllib.request.urlopen(url, timeout=60) as resp:
@@ -246,7 +289,7 @@ def nightly_step(args):
         wheel, version = found[0]
         if len(found) > 1:
             say("several wheels for %s; taking %s over %s" % (day, wheel, ", ".join(w for w, _ in found[1:])))
-        if os.path.isdir(index):
+        if not is_url(index):
             pip_args = ["--no-index", "--find-links", wheel_folder(index), "torch==%s" % version]
         else:
             pip_args = ["--pre", "--index-url", index, "torch==%s" % version]
@@ -357,11 +400,12 @@ def releases(args):
             verdicts[v] = test_release(v, cache, args, table)
         return verdicts[v]
 
+    for end, which in ((args.old, "OLD"), (args.new, "NEW")):
+        if verdict(end) == "cannot_test":  # a search from an untested end would answer unmeasured
+            raise UsageError("%s %s cannot be tested (see its line above), so the search has nothing "
+                             "to compare with: pick another %s" % (which, end, which))
     base = verdict(args.old)
-    if base == "cannot_test":
-        raise UsageError("OLD %s cannot be tested, so there is nothing to compare with: pick "
-                         "another OLD" % args.old)
-    if verdict(args.new) in (base, "cannot_test"):
+    if verdict(args.new) == base:
         say("no release between %s and %s changes the verdict from %s" % (args.old, args.new, base))
         return 1
     lo, hi = 0, len(versions) - 1  # versions[lo] gives the OLD verdict, versions[hi] does not
@@ -376,16 +420,26 @@ def releases(args):
             lo = probe
         else:
             hi = probe
+    untested = versions[lo + 1:hi]
+    print_table(args, table)
+    if untested:  # the change is in there, but where was not measured
+        say("the verdict changes between %s (%s) and %s (%s); not testable in between: %s"
+            % (versions[lo], base, versions[hi], verdicts[versions[hi]], ", ".join(untested)))
+        return EXIT_CANNOT_TEST
     say("first release whose verdict differs from %s (%s): %s (%s)" % (
         args.old, base, versions[hi], verdicts[versions[hi]]))
-    untested = [v for v in versions[lo + 1:hi]]
-    if untested:
-        say("could not be tested in between: %s" % ", ".join(untested))
-    print_table(args, table)
     return 0
 
 
 # --------------------------------------------------------------------------- command line
+def env_choice(name, default, choices):
+    """A default read from the environment is checked as the option itself would be."""
+    value = os.environ.get(name, default)
+    if value not in choices:
+        raise UsageError("$%s is %r; it must be one of %s" % (name, value, ", ".join(sorted(choices))))
+    return value
+
+
 def parse_args(argv):
     p = Parser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -395,11 +449,11 @@ def parse_args(argv):
                         "(default $SAC_REPRO_CACHE or ~/.cache/sac-compile-repro)")
     common.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
                         help="passed to the repro (default cpu)")
-    common.add_argument("--timeout", type=float, default=900, help="passed to the repro (seconds)")
+    common.add_argument("--timeout", type=positive_float, default=900.0, help="passed to the repro (seconds)")
     common.add_argument("--markdown", action="store_true",
                         help="releases, matrix: also print the per-release table as markdown")
     step = sub.add_parser("nightly-step", parents=[common], help="one `git bisect run` step")
-    step.add_argument("--terms", choices=sorted(TERMS), default=os.environ.get("SAC_BISECT_TERMS", "fix"),
+    step.add_argument("--terms", choices=sorted(TERMS), default=env_choice("SAC_BISECT_TERMS", "fix", TERMS),
                       help="fix: --term-old broken --term-new fixed (default); regression: good/bad")
     step.add_argument("--index", default=os.environ.get("SAC_BISECT_INDEX"),
                       help="PEP 503 index URL, or a folder of wheels (default: PyTorch's nightly "
@@ -421,7 +475,7 @@ def main(argv=None):
         args = parse_args(sys.argv[1:] if argv is None else argv)
         return {"nightly-step": nightly_step, "nightly-range": nightly_range,
                 "releases": releases, "matrix": matrix}[args.command](args)
-    return guarded(body, "bisect_torch.py", interrupted="interrupted: partial environments removed")
+    return guarded(body, "bisect_torch.py")
 
 
 if __name__ == "__main__":

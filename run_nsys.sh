@@ -7,7 +7,8 @@
 #
 # OPTIONS are the script's. Two runs see them: the capture run (the report's code under nsys,
 # with --loops-only) takes --device and --timeout; the judge (--from-nsys on the new report) takes
-# --hunt-fix, --strict-policy, --json PATH and --markdown. Anything else is a usage error.
+# --hunt-fix, --strict-policy, --json PATH, --markdown and --plot PATH. Anything else is a usage
+# error, found before anything is captured. PYTHON names the Python to run (default python3).
 #
 # The report's command was
 #   nsys profile -w true -t cuda,nvtx,cudnn,cublas -s cpu --capture-range=cudaProfilerApi
@@ -18,48 +19,122 @@
 # and `-x true` (--stop-on-exit) is the default. Without nsys, ncu (Nsight Compute) is used instead.
 #
 # Exit codes are the repro's: 0 not reproduced, 1 reproduced, 125 cannot test (incl. a capture
-# with missing ranges, or no new report), 128 usage or setup error (aborts a bisect).
+# with missing ranges, or no new report), 128 usage or setup error (aborts a bisect), 128+n when
+# ended by signal n (the capture it started is ended too).
 set -u
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-script="$here/torch_compile_selective_activation_checkpoint.py"
-py=${PYTHON:-python3}
-name=torch_compile_selective_activation_checkpoint
+
+# The one guard: only the judge's verdict may leave this script as 0 or 1 (or --help as 0).
+# Anything else that ends it, a bash error included, leaves as 125, 128 or 128+n.
+judged=""
+trap 'rc=$?
+      case "$rc" in
+        0|1) [ "$judged" = "$rc" ] || [ "$rc.${helped:-}" = 0.yes ] || { echo "run_nsys.sh: ended with $rc outside the verdict (a bug here, not a verdict)" >&2; exit 128; } ;;
+        125|128|129|130|143) ;;
+        *) echo "run_nsys.sh: ended with $rc (a bug here, not a verdict)" >&2; exit 128 ;;
+      esac' EXIT
 
 die() { echo "run_nsys.sh: $*" >&2; exit 128; }
 note() { echo "run_nsys.sh: $*" >&2; }
 
+# This file's real folder, through any symlinks: the script and its package sit beside it.
+self=${BASH_SOURCE[0]}
+while [ -L "$self" ]; do
+  target=$(readlink "$self")
+  case "$target" in /*) self=$target ;; *) self=$(dirname "$self")/$target ;; esac
+done
+here=$(cd "$(dirname "$self")" && pwd) || die "cannot find the folder of $self"
+script="$here/torch_compile_selective_activation_checkpoint.py"
+[ -f "$script" ] || die "$script is missing: copy the bundle's whole folder"
+py=${PYTHON:-python3}
+name=torch_compile_selective_activation_checkpoint
+
+# The capture runs in a session of its own; a signal here ends it (and the script ends its own
+# measured child on SIGTERM) before this script exits 128+n.
+running=""
+on_signal() {
+  trap '' INT TERM HUP
+  if [ -n "$running" ]; then
+    kill -TERM -- "-$running" 2>/dev/null || kill -TERM "$running" 2>/dev/null
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$running" 2>/dev/null || break; sleep 1; done
+    kill -KILL -- "-$running" 2>/dev/null
+  fi
+  echo "run_nsys.sh: interrupted by $1: stopped the capture it had started, no verdict" >&2
+  exit "$2"
+}
+trap 'on_signal SIGINT 130' INT
+trap 'on_signal SIGTERM 143' TERM
+trap 'on_signal SIGHUP 129' HUP
+
+# Runs "$@" in the background (so that a signal is handled at once), in its own session where
+# setsid exists; sets rc to its exit code.
+run_bg() {
+  if command -v setsid >/dev/null 2>&1; then setsid "$@" & else "$@" & fi
+  running=$!
+  wait "$running"
+  rc=$?
+  running=""
+}
+
+# Passes the judge's exit code on: the verdict's codes only.
+judge() {
+  "$py" "$script" "$@"
+  local code=$?
+  case $code in
+    0|1) judged=$code; exit "$code" ;;
+    125|128|130|143) exit "$code" ;;
+    *) die "the judge ended with $code (not a verdict)" ;;
+  esac
+}
+
+case "${1:-}" in
+  -h|--help) sed -n '2,23p' "$self" | sed 's/^# \{0,1\}//'; helped=yes; exit 0 ;;
+esac
+
+[ "$(command -v "$py" 2>/dev/null)" ] || die "PYTHON=$py: no such program; set PYTHON to a Python 3.8+ that holds the torch under test"
+[ "$("$py" -c 'import sys; print("python-ok" if sys.version_info >= (3, 8) else "old")' 2>/dev/null)" = python-ok ] \
+  || die "PYTHON=$py: not a Python 3.8 or later; set PYTHON to the Python that holds the torch under test"
+
 # Splits the script's options between the capture run and the judge (see the header).
-capture=() judge=()
+capture=() judge_opts=()
 route() {
   while [ $# -gt 0 ]; do
     case "$1" in
       --device|--timeout) [ $# -ge 2 ] || die "$1 needs a value"; capture+=("$1" "$2"); shift ;;
       --device=*|--timeout=*) capture+=("$1") ;;
-      --json) [ $# -ge 2 ] || die "--json needs a PATH"; judge+=("$1" "$2"); shift ;;
-      --hunt-fix|--strict-policy|--markdown|--json=*) judge+=("$1") ;;
-      *) die "$1: not an option run_nsys.sh passes on (capture: --device, --timeout; judge: --hunt-fix, --strict-policy, --json, --markdown)" ;;
+      --json|--plot) [ $# -ge 2 ] || die "$1 needs a PATH"; judge_opts+=("$1" "$2"); shift ;;
+      --hunt-fix|--strict-policy|--markdown|--json=*|--plot=*) judge_opts+=("$1") ;;
+      *) die "$1: not an option run_nsys.sh passes on (capture: --device, --timeout; judge: --hunt-fix, --strict-policy, --json, --markdown, --plot)" ;;
     esac
     shift
   done
 }
+# The capture run's options, checked by the script's own parser before anything is captured.
+check_capture_options() {
+  [ ${#capture[@]} -eq 0 ] && return
+  "$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from sac_repro import cli; sys.exit(cli.check_options(sys.argv[2:]))' \
+    "$here" "${capture[@]}" || exit 128
+}
 
 case "${1:-}" in
-  -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   --report)
     [ $# -ge 2 ] || die "--report takes one FILE (a .nsys-rep, .sqlite or nvtx_kern_sum CSV)"
+    [ -n "$2" ] || die "--report was given an empty path (an unset shell variable?): name a capture file"
     file=$2; shift 2
     route "$@"
     [ ${#capture[@]} -eq 0 ] || die "--report judges an existing report: ${capture[0]} would change nothing"
-    exec "$py" "$script" --from-nsys "$file" "${judge[@]}" ;;
+    judge --from-nsys "$file" ${judge_opts[@]+"${judge_opts[@]}"} ;;
   -o)
     [ $# -ge 2 ] && [ -n "$2" ] || die "-o needs a report NAME"
-    name=$2; shift 2 ;;
+    name=${2%.nsys-rep}; name=${name%.qdrep}; shift 2
+    folder=$(dirname "$name")
+    [ -d "$folder" ] && [ -w "$folder" ] || die "-o $name: the folder $folder does not exist or is not writable" ;;
 esac
 if [ $# -gt 0 ]; then
   [ "$1" = "--" ] || die "$1: options for the script go after -- (see --help)"
   shift
   route "$@"
 fi
+check_capture_options
 
 # The file's identity (inode, size, modification time): a report is judged only when this
 # capture wrote it, never an older one that happens to lie here.
@@ -96,9 +171,8 @@ if command -v nsys >/dev/null 2>&1; then
   if [ -n "$(section stop-on-exit)" ]; then flags+=(-x true); else note "$version has no -x/--stop-on-exit; it stops on exit by default"; fi
   flags+=(-o "$name")
   before_rep=$(identity "$name.nsys-rep") before_qdrep=$(identity "$name.qdrep")
-  echo "+ nsys profile ${flags[*]} $py $script --loops-only ${capture[*]}" >&2
-  nsys profile "${flags[@]}" "$py" "$script" --loops-only "${capture[@]}"
-  rc=$?
+  echo "+ nsys profile ${flags[*]} $py $script --loops-only ${capture[*]+${capture[*]}}" >&2
+  run_bg nsys profile "${flags[@]}" "$py" "$script" --loops-only ${capture[@]+"${capture[@]}"}
   # The capture run could not run the report's code (or its loops raised): nothing to judge.
   [ $rc -eq 125 ] && { note "the capture run says cannot_test (exit 125): not judged"; exit 125; }
   if [ "$(identity "$name.nsys-rep")" != "$before_rep" ]; then report=$name.nsys-rep
@@ -108,19 +182,19 @@ if command -v nsys >/dev/null 2>&1; then
          "$([ "$before_rep" != none ] && echo "(the $name.nsys-rep here is older: not judged)")" >&2
     exit 125
   fi
-  exec "$py" "$script" --from-nsys "$report" "${judge[@]}"
+  judge --from-nsys "$report" ${judge_opts[@]+"${judge_opts[@]}"}
 elif command -v ncu >/dev/null 2>&1; then
   note "nsys is not on PATH; using Nsight Compute instead (replays every kernel: slower)"
   # --profile-from-start off honours the script's cudaProfilerStart/Stop, as the nsys capture range does;
   # one cheap metric instead of ncu's default sections keeps the replay short.
-  echo "+ ncu --nvtx --print-summary per-nvtx --profile-from-start off --metrics gpu__time_duration.sum $py $script --loops-only ${capture[*]}" >&2
+  echo "+ ncu --nvtx --print-summary per-nvtx --profile-from-start off --metrics gpu__time_duration.sum $py $script --loops-only ${capture[*]+${capture[*]}}" >&2
   # The shell empties $name.ncu.txt before ncu starts: what it holds afterwards is this capture's.
-  ncu --nvtx --print-summary per-nvtx --profile-from-start off --metrics gpu__time_duration.sum \
-    "$py" "$script" --loops-only "${capture[@]}" > "$name.ncu.txt"
-  rc=$?
+  : > "$name.ncu.txt" || die "cannot write $name.ncu.txt"
+  run_bg sh -c 'exec "$@" > "$0"' "$name.ncu.txt" ncu --nvtx --print-summary per-nvtx --profile-from-start off \
+    --metrics gpu__time_duration.sum "$py" "$script" --loops-only ${capture[@]+"${capture[@]}"}
   [ $rc -eq 125 ] && { note "the capture run says cannot_test (exit 125): not judged"; exit 125; }
   [ -s "$name.ncu.txt" ] || { echo "cannot_test: ncu wrote nothing (exit $rc)" >&2; exit 125; }
-  exec "$py" "$script" --from-ncu "$name.ncu.txt" "${judge[@]}"
+  judge --from-ncu "$name.ncu.txt" ${judge_opts[@]+"${judge_opts[@]}"}
 else
   cat >&2 <<EOF
 run_nsys.sh: neither nsys (Nsight Systems) nor ncu (Nsight Compute) is on PATH.

@@ -22,8 +22,14 @@ import sys
 if __name__ == "__main__":
     import os
     sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # sac_repro/, wherever called from
-    from sac_repro import cli  # never imports torch: a crash of the torch under test becomes 125
-
+    try:
+        from sac_repro import cli  # never imports torch: a crash of the torch under test becomes 125
+    except Exception as e:  # copied without its package, say: abort a bisect, never pass as 1
+        try:
+            print("error: cannot import sac_repro beside %s (%s): copy the bundle's whole folder" % (
+                __file__, e), file=sys.stderr)
+        finally:
+            os._exit(128)
     sys.exit(cli.main(__file__))
 
 # Below, between the two markers: the report's code as filed, but for the lines marked [changed] or

@@ -5,6 +5,7 @@ the report's code runs in a child process, so that a crash or hang of the torch 
 import argparse
 import ast
 import json
+import math
 import os
 import re
 import signal
@@ -12,13 +13,22 @@ import subprocess
 import sys
 import tempfile
 import threading
+import traceback
 
-from .captures import load_rows
+from .captures import load_ranges
+from .exits import EXIT_CANNOT_TEST, guarded, one_line, OutputError, raised_by_this_bundle, UsageError
 from .render import PROGRESS, render_markdown, render_text
-from .verdict import EXIT_ABORT, EXIT_CANNOT_TEST, report_from_child, report_from_loops, UsageError
+from .verdict import report_from_child, report_from_loops
 
 
 class Parser(argparse.ArgumentParser):
+    """Errors are usage errors (128, one line), and no option is abbreviated: `--_c` is not
+    `--_child`, `--from-n` is not `--from-nsys`."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):
         raise UsageError("%s (see --help)" % message)
 
@@ -28,17 +38,18 @@ def positive_float(text):
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError("not a number: %r" % text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be > 0, got %r" % text)
+    if not math.isfinite(value) or value <= 0:  # nan would turn a timeout off
+        raise argparse.ArgumentTypeError("must be a finite number > 0, got %r" % text)
     return value
 
 
 def parse_args(argv, doc):
-    p = Parser(prog=os.path.basename(sys.argv[0]) or None, description=doc.split("\n\n")[0],
+    p = Parser(prog="torch_compile_selective_activation_checkpoint.py", description=doc.split("\n\n")[0],
                epilog=doc.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="auto: cuda when available, else cpu")
-    p.add_argument("--json", metavar="PATH", help="also write the verdict and evidence as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write the verdict and evidence as JSON "
+                   "(schema 2); - writes it to stdout instead of the text")
     p.add_argument("--markdown", action="store_true",
                    help="print a report to paste into a GitHub issue instead of the text")
     p.add_argument("--strict-policy", action="store_true",
@@ -59,22 +70,19 @@ def parse_args(argv, doc):
     p.add_argument("--_child", metavar="OUT", dest="child_out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.terms = "fix" if args.hunt_fix else "regression"
+    check_paths(args)
     return args
 
 
-def guarded(body, whose, interrupted="interrupted"):
-    """Runs a command line's body; usage errors, Ctrl-C and our own bugs exit EXIT_ABORT with one
-    line, so they abort a bisect instead of passing as a verdict."""
-    try:
-        return body()
-    except UsageError as e:
-        print("usage error: %s" % e, file=sys.stderr)
-    except KeyboardInterrupt:
-        print(interrupted, file=sys.stderr)
-    except Exception as e:
-        print("internal error (a bug in %s, not a verdict): %s" % (
-            whose, " ".join(("%s: %s" % (type(e).__name__, e)).split())[:400]), file=sys.stderr)
-    return EXIT_ABORT
+def check_paths(args):
+    """Paths are checked before any work: an empty one is an unset variable, never "no option"."""
+    for option, value in (("--json", args.json), ("--from-nsys", args.from_nsys), ("--from-ncu", args.from_ncu)):
+        if value is not None and not value:
+            raise UsageError("%s was given an empty path (an unset shell variable?)" % option)
+    if args.json and args.json != "-":
+        check_writable(args.json, args.from_nsys or args.from_ncu)
+    if args.json == "-" and args.markdown:
+        raise UsageError("--json - and --markdown both want stdout: write the JSON to a file")
 
 
 def main(script_path, argv=None):
@@ -83,16 +91,19 @@ def main(script_path, argv=None):
     return guarded(lambda: run(script_path, argv), "this bundle")
 
 
+def check_options(argv):
+    """For run_nsys.sh: are these the script's options? 0, or a usage error (128) before any capture."""
+    return guarded(lambda: parse_args(argv, __doc__ + "\n\n") and 0, "this bundle")
+
+
 def run(script_path, argv):
     doc = ast.get_docstring(ast.parse(open(script_path).read()))
     args = parse_args(argv, doc)
     if args.child_out:
         return child(script_path, args)
-    if args.json:
-        check_writable(args.json)
-    if args.from_nsys or args.from_ncu:
-        kind, path = ("ncu", args.from_ncu) if args.from_ncu else ("nsys", args.from_nsys)
-        report = report_from_loops(load_rows(path, kind), "%s %s" % (kind, path), args.terms, args.strict_policy)
+    if args.from_nsys is not None or args.from_ncu is not None:
+        kind, path = ("ncu", args.from_ncu) if args.from_ncu is not None else ("nsys", args.from_nsys)
+        report = report_from_loops(load_ranges(path, kind), "%s %s" % (kind, path), args.terms, args.strict_policy)
     else:
         raw, log = run_child(script_path, args)
         if raw["status"] == "our_bug":
@@ -106,28 +117,51 @@ def run(script_path, argv):
         if args.loops_only:
             return loops_only_exit(raw)
         report = report_from_child(raw, args.terms, args.strict_policy)
+    # in the order printed: scenarios as the table lists them
+    as_json = json.dumps(report, indent=2)
+    if args.json == "-":
+        emit(as_json)
+        return report["exit_code"]
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2)  # in the order printed: scenarios as the table lists them
+        write_file(args.json, as_json + "\n", "--json")
     if args.markdown:
         command = "python %s %s" % (os.path.basename(script_path), " ".join(argv))
-        print(render_markdown(report, command.strip(), script_path,
-                              collect_env() if report["env"].get("torch") else None))
+        emit(render_markdown(report, command.strip(), script_path,
+                             collect_env() if report["env"].get("torch") else None))
     else:
-        print(render_text(report))
+        emit(render_text(report))
     return report["exit_code"]
+
+
+def emit(text):
+    """The report on stdout. A pipe whose reader has gone is no delivered verdict: OutputError."""
+    try:
+        if sys.stdout is None:
+            raise OSError("standard output is closed")
+        print(text)
+        sys.stdout.flush()
+    except OSError as e:
+        raise OutputError("cannot write the report to standard output: %s" % (e.strerror or e))
+
+
+def write_file(path, text, option):
+    try:
+        with open(path, "w") as fh:
+            fh.write(text)
+    except OSError as e:
+        raise OutputError("cannot write %s %s: %s" % (option, path, e.strerror or e))
 
 
 def loops_only_exit(raw):
     """No verdict: 0 when the report's loops ran through, 125 when they raised or could not run."""
     if raw["status"] != "ok":
-        print("cannot_test: " + raw["reason"])
+        emit("cannot_test: " + raw["reason"])
         return EXIT_CANNOT_TEST
     if raw.get("loops_error"):
-        print("cannot_test: the report's loops raised %s; a capture of them is incomplete" % raw["loops_error"])
+        emit("cannot_test: the report's loops raised %s; a capture of them is incomplete" % raw["loops_error"])
         return EXIT_CANNOT_TEST
-    print("ran the report's two loops on %s (torch %s); judge them with --from-nsys or --from-ncu"
-          % (raw["env"]["device"], raw["env"]["torch"]))
+    emit("ran the report's two loops on %s (torch %s); judge them with --from-nsys or --from-ncu"
+         % (raw["env"]["device"], raw["env"]["torch"]))
     return 0
 
 
@@ -136,12 +170,21 @@ def child(script_path, args):
     try:
         import torch  # noqa: F401
     except BaseException as e:
-        with open(args.child_out, "w") as fh:
-            json.dump({"status": "cannot_test", "reason": "torch failed to import: %s: %s" % (
-                type(e).__name__, " ".join(str(e).split())[:300])}, fh)
-        return 0
-    from . import measure
+        return write_child_result(args.child_out, {
+            "status": "cannot_test", "reason": "torch failed to import: %s" % one_line(e)[:300]})
+    try:
+        from . import measure
+    except Exception as e:  # ours unless it broke inside torch's own imports
+        return write_child_result(args.child_out, {
+            "status": "our_bug" if raised_by_this_bundle(e) else "torch_error", "reason":
+            "importing sac_repro.measure: " + one_line(e), "traceback": traceback.format_exc()})
     return measure.child_main(script_path, args.child_out, args.device, args.loops_only)
+
+
+def write_child_result(path, result):
+    with open(path, "w") as fh:
+        json.dump(result, fh)
+    return 0
 
 
 def run_child(script_path, args):
@@ -190,11 +233,16 @@ def run_child(script_path, args):
 
 
 def pass_on_progress(stream, log):
+    """Reads the child's output to its end, whatever happens to our stderr: a reader that stopped
+    would leave the child blocked on a full pipe."""
     for line in stream:
         log.append(line)
         if line.startswith(PROGRESS):
-            sys.stderr.write(line)
-            sys.stderr.flush()
+            try:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+            except (OSError, ValueError, AttributeError):
+                pass  # the guard reports the closed stream once the verdict is in
 
 
 def kill_group(proc):
@@ -212,7 +260,11 @@ def signal_name(num):
         return "signal %d" % num
 
 
-def check_writable(path):
+def check_writable(path, capture=None):
+    if os.path.isdir(path):
+        raise UsageError("--json %s: is a folder; name a file in it" % path)
+    if capture and os.path.exists(path) and os.path.exists(capture) and os.path.samefile(path, capture):
+        raise UsageError("--json %s is the capture being judged: it would be overwritten" % path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise UsageError("--json %s: folder %s does not exist or is not writable" % (path, folder))

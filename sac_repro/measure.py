@@ -8,7 +8,6 @@ import collections
 import functools
 import gc
 import json
-import os
 import platform
 import re
 import subprocess
@@ -19,6 +18,7 @@ import types
 
 import torch
 
+from .exits import Interrupted, one_line, raised_by_this_bundle
 from .render import PROGRESS, REPORT_END
 from .verdict import CASE, classify_kernel, CONTROL, CPU_MATMUL_OPS, refused_to_run_eagerly
 
@@ -231,26 +231,6 @@ def measure(path, device, loops_only, result):
     result["status"] = "ok"
 
 
-def one_line(e):
-    return " ".join(("%s: %s" % (type(e).__name__, e)).split())[:400]
-
-
-OUR_BUG_TYPES = (NameError, TypeError, KeyError, IndexError, AttributeError, ValueError,
-                 AssertionError, ZeroDivisionError)
-
-
-def raised_by_this_bundle(e):
-    """Ours (abort the bisect) or the torch under test's (cannot test this build)? Anything that
-    passed through torch's or triton's Python code is theirs; so is a RuntimeError (how torch's
-    C++ reports failures). A plain Python error that never entered torch is a bug here."""
-    packages = [os.path.dirname(m.__file__) + os.sep for m in
-                (sys.modules.get("torch"), sys.modules.get("triton")) if m and getattr(m, "__file__", None)]
-    for frame in traceback.extract_tb(e.__traceback__):
-        if any(os.path.abspath(frame.filename).startswith(p) for p in packages):
-            return False
-    return isinstance(e, OUR_BUG_TYPES)
-
-
 def child_main(path, out_path, device_arg, loops_only):
     """Writes the result as JSON, whatever happens short of a crash. The environment is described
     first, so that an error later still reports which torch it was."""
@@ -263,6 +243,8 @@ def child_main(path, out_path, device_arg, loops_only):
                           "sees no CUDA device (torch.cuda.is_available() is False); use --device cpu or auto")
         else:
             measure(path, device, loops_only, result)
+    except Interrupted:
+        raise  # a signal to the child: no result, which the parent reads as cannot_test
     except BaseException as e:
         result.update(status="our_bug" if raised_by_this_bundle(e) else "torch_error",
                       reason=one_line(e), traceback=traceback.format_exc())

@@ -133,6 +133,10 @@ def render_text(report):
     if rows:
         out += table(rows, TABLE_HEADER)
     out += loop_kernel_lines(report)
+    if report.get("other_ranges"):
+        n = report["other_ranges"]
+        out.append("%d other NVTX range%s ignored: not named as the report's loops name their calls"
+                   % (n, " was" if n == 1 else "s were"))
     out += policy_lines(report["policy"])
     if report["errors"].get("loops_error"):
         out.append("the report's loops raised: " + report["errors"]["loops_error"])

@@ -7,19 +7,7 @@ names of what ran in each call (ops, profiler labels, kernels). Each call is jud
 import collections
 import re
 
-# ----------------------------------------------------------------------------- exit codes
-EXIT_NOT_REPRODUCED, EXIT_REPRODUCED, EXIT_CANNOT_TEST, EXIT_ABORT = 0, 1, 125, 128
-# The exit code of each verdict, for each way of bisecting. `git bisect run` reads 0 as the old
-# term and 1 as the new one; 125 skips the build.
-TERMS = {
-    "regression": {"not_reproduced": 0, "reproduced": 1, "cannot_test": 125},  # good/bad (default)
-    "fix": {"reproduced": 0, "not_reproduced": 1, "cannot_test": 125},  # --term-old broken --term-new fixed
-}
-
-
-class UsageError(Exception):
-    """Bad input from the user: one line and EXIT_ABORT, never a verdict."""
-
+from .exits import TERMS
 
 # ----------------------------------------------------------------------------- what ran
 CONTROL, CASE = "without_context", "with_context"
@@ -201,9 +189,12 @@ def judge_policy(scenarios, device):
     return policy
 
 
+SCHEMA = 2  # of --json: raised whenever a key changes meaning or goes; 1 was the unversioned layout
+
+
 def new_report(source, env):
     """The keys every report has, in --json and on screen, whatever the evidence."""
-    return {"verdict": None, "exit_code": None, "reason": None, "source": source,
+    return {"schema": SCHEMA, "verdict": None, "exit_code": None, "reason": None, "source": source,
             "torch_version": env.get("torch"), "torch_git_version": env.get("torch_git"),
             "device": env.get("device"), "env": env, "scenarios": {}, "policy": {}, "errors": {}}
 
@@ -229,25 +220,73 @@ def report_from_child(raw, terms, strict_policy):
     return settle(report, *decide(report["scenarios"], report["policy"], strict_policy), terms)
 
 
-def report_from_loops(rows, source, terms, strict_policy):
-    """The verdict of a profiler capture of the report's loops: (range, kernel, instances) rows,
-    one NVTX range per call."""
-    loops = {s: collections.defaultdict(collections.Counter) for s in LOOPS.values()}
-    for rng, kernel, n in rows:
-        m = re.search(r"(f_compiled_with(?:out)?_context) (\d+)\s*$", rng)
+# The report's ranges, exactly as its loops name them, with nsys's optional "DOMAIN:" prefix.
+LOOP_RANGE = re.compile(r"(?:[^:]*:)?(%s) (0|[1-9][0-9]*)" % "|".join(LOOPS))
+
+
+def calls_of_loops(ranges):
+    """The report's calls in a capture: per scenario, index -> kernels, plus what keeps the
+    capture from being the report's 2 x 50 calls (missing, doubled or stray indices) and how many
+    other ranges were ignored. A range in which no kernel ran holds no evidence: it is missing."""
+    seen = {loop: collections.defaultdict(list) for loop in LOOPS}  # index -> each range's kernels
+    other = 0
+    for name, r in ranges.items():
+        m = LOOP_RANGE.fullmatch(name)
         if m:
-            loops[LOOPS[m.group(1)]][int(m.group(2))][kernel] += n
+            seen[m.group(1)][int(m.group(2))] += [r["kernels"]] * max(r["instances"], 1)
+        else:
+            other += r["instances"]
+    calls = {s: {} for s in LOOPS.values()}
+    problems = {loop: {} for loop in LOOPS}
+    for loop, by_index in seen.items():
+        problems[loop]["stray"] = sorted(i for i in by_index if i >= LOOP_CALLS)
+        problems[loop]["doubled"] = sorted(i for i, rs in by_index.items() if i < LOOP_CALLS and len(rs) > 1)
+        calls[LOOPS[loop]] = {i: rs[0] for i, rs in by_index.items()
+                              if i < LOOP_CALLS and len(rs) == 1 and sum(rs[0].values())}
+        problems[loop]["missing"] = sorted(set(range(LOOP_CALLS)) - set(calls[LOOPS[loop]]) - set(problems[loop]["doubled"]))
+    return calls, problems, other
+
+
+def describe_problems(problems):
+    """'f_compiled_with_context: missing 49; stray 50' for each loop that is not its 50 calls."""
+    out = []
+    for loop, kinds in problems.items():
+        parts = ["%s %s" % (kind, index_list(kinds[kind])) for kind in ("missing", "doubled", "stray") if kinds[kind]]
+        if parts:
+            out.append("%s: %s" % (loop, "; ".join(parts)))
+    return " | ".join(out)
+
+
+def index_list(indices):
+    """[0, 1, 2, 5] -> '0-2, 5'"""
+    out, run = [], []
+    for i in sorted(set(indices)):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else "%d-%d" % (run[0], run[-1]))
+        run = [i]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else "%d-%d" % (run[0], run[-1]))
+    return ", ".join(out)
+
+
+def report_from_loops(ranges, source, terms, strict_policy):
+    """The verdict of a profiler capture of the report's loops (captures.py): one NVTX range per
+    call, each judged on its own, and only when the capture holds exactly the report's calls."""
+    calls, problems, other = calls_of_loops(ranges)
     report = new_report(source, {"device": "cuda"})
     report["policy"] = {"with_context_matmul_recomputed_in_backward": None,
                         "workaround_matmul_recomputed_in_backward": None,
                         "reason": "not measured: the report's loops run forward only"}
-    for scenario, ranges in loops.items():
-        s = report["scenarios"][scenario] = summarize([ranges[i] for i in sorted(ranges)])
-        s["ranges"] = sorted(ranges)
-        s["kernel_counts"] = dict(sum(ranges.values(), collections.Counter()))
-    missing = ["%s (%d of %d ranges with kernels)" % (name, len(loops[s]), LOOP_CALLS)
-               for name, s in LOOPS.items() if len(loops[s]) < LOOP_CALLS]
-    if missing:
-        return settle(report, "cannot_test", "incomplete evidence in %s: missing ranges for %s" % (
-            source, "; ".join(missing)), terms)
+    report["other_ranges"] = other
+    for scenario, by_index in calls.items():
+        s = report["scenarios"][scenario] = summarize([by_index[i] for i in sorted(by_index)])
+        s["ranges"] = sorted(by_index)
+        s["kernel_counts"] = dict(sum(by_index.values(), collections.Counter()))
+    wrong = describe_problems(problems)
+    if wrong:
+        return settle(report, "cannot_test", "incomplete evidence in %s: not the report's %d calls per "
+                      "loop, each one range with kernels (%s)" % (source, LOOP_CALLS, wrong), terms)
     return settle(report, *decide(report["scenarios"], report["policy"], strict_policy), terms)

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import zipfile
 
 import pytest
@@ -209,8 +210,10 @@ def test_a_python_without_venv_says_what_to_install(nightly_world, tmp_path):
     assert "a bug" not in proc.stderr
 
 
-def test_interrupted_install_leaves_no_half_built_environment(nightly_world, tmp_path):
-    """Ctrl-C while pip downloads a nightly: no .partial folder and no environment remain. The
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_install_leaves_no_half_built_environment(nightly_world, tmp_path, sig, rc):
+    """Ctrl-C or SIGTERM while pip downloads a nightly: no .partial folder, no environment and no
+    installer remain. The
     index is a local server that holds the wheel's download open until Ctrl-C has been sent, so
     nothing here depends on how fast pip is."""
     import http.server
@@ -245,16 +248,39 @@ def test_interrupted_install_leaves_no_half_built_environment(nightly_world, tmp
                             cwd=nightly_world["repo"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert downloading.wait(300), "pip never asked for the wheel"
-        proc.send_signal(signal.SIGINT)
+        installers = children_of(proc.pid)
+        assert installers, "no installer process was seen"
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=120)
     finally:
         done.set()
         server.shutdown()
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 128, out
+    assert proc.returncode == rc, out
     assert "interrupted" in out
     assert list((cache / "venvs").iterdir()) == [], out
+    time.sleep(1)
+    assert not [p for p in installers if os.path.exists("/proc/%d" % p)], "the installer still runs"
+
+
+def children_of(pid):
+    """The pids of a process's descendants, read from /proc."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        found += kids
+        frontier += kids
+    return found
 
 
 def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
@@ -285,3 +311,69 @@ def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
     assert bisect_torch.wheel_for_date(wheels, "2025-08-03") == []
 
 
+
+
+# ----------------------------------------------------------- edges: abort, never answer
+def test_a_search_whose_new_end_cannot_be_tested_aborts(monkeypatch, capsys):
+    """NEW could not be installed (a full disk, say): the search has nothing to compare with."""
+    import bisect_torch
+    monkeypatch.setattr(bisect_torch, "pypi_versions", lambda: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
+    verdicts = {"2.8.0": "reproduced", "2.12.0": "cannot_test"}
+    monkeypatch.setattr(bisect_torch, "test_release", lambda v, *a: verdicts[v])
+    rc = bisect_torch.main(["releases", "2.8.0", "2.12.0"])
+    err = capsys.readouterr().err
+    assert rc == 128, err
+    assert "NEW 2.12.0 cannot be tested" in err
+
+
+def test_a_search_that_cannot_pin_the_release_says_so(monkeypatch, capsys):
+    import bisect_torch
+    monkeypatch.setattr(bisect_torch, "pypi_versions", lambda: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
+    verdicts = {"2.8.0": "reproduced", "2.9.1": "cannot_test", "2.10.0": "cannot_test", "2.12.0": "not_reproduced"}
+    monkeypatch.setattr(bisect_torch, "test_release", lambda v, *a: verdicts[v])
+    rc = bisect_torch.main(["releases", "2.8.0", "2.12.0"])
+    out = capsys.readouterr().out
+    assert rc == 125, out
+    assert "first release whose verdict differs" not in out
+    assert "changes between 2.8.0 (reproduced) and 2.12.0" in out and "2.9.1, 2.10.0" in out
+
+
+def nightly_step_in(world, day, *extra, env=None):
+    git(world["repo"], "checkout", "-q", world["commits"][day])
+    return subprocess.run([sys.executable, BISECT, "nightly-step", "--cache", str(world["cache"])] + list(extra),
+                          cwd=world["repo"], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, **(env or {})))
+
+
+@pytest.mark.parametrize("index, says", [("/typo/wheels", "no such folder"), ("EMPTY", "no torch wheels")])
+def test_an_index_folder_that_is_not_there_aborts(nightly_world, tmp_path, index, says):
+    if index == "EMPTY":
+        index = str(tmp_path / "empty")
+        os.mkdir(index)
+    proc = nightly_step_in(nightly_world, "06", "--index", index)
+    assert proc.returncode == 128, proc.stdout + proc.stderr
+    assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_bad_terms_in_the_environment_abort_before_any_install(nightly_world, tmp_path):
+    cache = tmp_path / "cache"
+    proc = subprocess.run([sys.executable, BISECT, "nightly-step", "--index", str(nightly_world["wheels"]),
+                           "--cache", str(cache)], cwd=nightly_world["repo"], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, SAC_BISECT_TERMS="bogus"))
+    assert proc.returncode == 128, proc.stdout + proc.stderr
+    assert "SAC_BISECT_TERMS" in proc.stderr and not cache.exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["matrix", "2.9.1", "--timeout", "nan"], "finite"),
+    (["matrix", "2.9.1", "--cache", "FILE"], "not a folder"),
+    (["nightly-st"], "invalid choice"),
+])
+def test_bisect_bad_arguments_abort_in_one_line(tmp_path, args, says):
+    (tmp_path / "FILE").write_text("a file, not a folder")
+    args = [str(tmp_path / "FILE") if a == "FILE" else a for a in args]
+    proc = subprocess.run([sys.executable, BISECT] + args, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PIP_NO_INDEX="1"))
+    assert proc.returncode == 128, proc.stdout + proc.stderr
+    assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "bug" not in proc.stderr

@@ -73,8 +73,7 @@ def test_real_partial_nsys_capture_cannot_be_judged(name):
     """nsys 2023.4.4 stopped after the first without_context kernels on CUDA 13."""
     rc, stdout, _ = run(sys.executable, "--from-nsys", data("h200-torch2.11", name))
     assert rc == 125, stdout
-    assert "f_compiled_without_context (1 of 50 ranges with kernels)" in stdout
-    assert "f_compiled_with_context (0 of 50 ranges with kernels)" in stdout
+    assert "f_compiled_without_context: missing 1-49 | f_compiled_with_context: missing 0-49" in stdout
 
 
 def test_real_ncu_summary_of_the_fixed_torch():
@@ -128,7 +127,8 @@ def system_tools(tmp_path):
     folder = tmp_path / "system"
     if not folder.exists():
         folder.mkdir()
-        for tool in ("bash", "sed", "awk", "grep", "head", "cat", "dirname", "stat", "mktemp", "rm", "touch"):
+        for tool in ("bash", "sh", "sed", "awk", "grep", "head", "cat", "dirname", "stat", "mktemp", "rm", "touch",
+                     "readlink", "setsid", "sleep"):
             found = shutil.which(tool)
             if found:
                 os.symlink(found, folder / tool)
@@ -301,7 +301,7 @@ def test_wrapper_bad_input_aborts(fake_tools, args, message):
 
 def test_report_of_a_real_sqlite_export(fake_tools):
     got, stdout, _, _ = fake_tools("--report", data("h200-torch2.11", "capture.sqlite"))
-    assert got == 125 and "f_compiled_with_context (0 of 50" in stdout
+    assert got == 125 and "f_compiled_with_context: missing 0-49" in stdout
 
 
 def test_nsys_rep_without_nsys_is_a_usage_error(tmp_path):
@@ -347,3 +347,85 @@ def test_hunting_the_fix_on_a_real_affected_capture_exits_0(fake_tools):
     got, stdout, stderr, _ = fake_tools("--report", data("h200-torch2.11-fix-reverted", "capture.sqlite"), "--hunt-fix")
     assert got == 0, stdout + stderr
     assert "VERDICT: reproduced (exit 0)" in stdout
+
+
+# ------------------------------------------------------------- the wrapper's own edges
+def test_wrapper_through_a_symlink_judges_like_in_place(fake_tools, tmp_path):
+    link = tmp_path / "elsewhere" / "run_nsys.sh"
+    link.parent.mkdir()
+    os.symlink(WRAPPER, link)
+    proc = subprocess.run(["bash", str(link), "--report", data("h200-torch2.11-fix-reverted", "nvtx_kern_sum.csv")],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env=dict(os.environ, PYTHON=sys.executable))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("python", ["/missing/python3", "false", "sh"])
+def test_wrapper_with_a_bad_python_aborts(fake_tools, python):
+    got, stdout, stderr, _ = fake_tools("--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), PYTHON=python)
+    assert got == 128, (stdout, stderr)
+    assert "PYTHON" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--", "--timeout", "abc"], "--timeout"),
+    (["--", "--timeout", "nan"], "finite"),
+    (["--", "--device", "gpu"], "invalid choice"),
+    (["-o", "/missing/dir/x"], "/missing/dir"),
+    (["--report", ""], "--report"),
+    (["-o", ""], "-o needs a report NAME"),
+])
+def test_wrapper_usage_errors_abort_before_any_capture(fake_tools, args, message):
+    fake_tools.install("nsys", FAKE_NSYS)
+    got, stdout, stderr, calls = fake_tools(*args, FAKE_VERSION="2023.4.4", FAKE_WRITE_REPORT=1,
+                                            FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+                                            FAKE_CSV=csv_file(fake_tools.tmp, FIXED_CSV))
+    assert got == 128, (stdout, stderr)
+    assert message in stderr and len(stderr.strip().splitlines()) == 1
+    assert "profile -" not in calls  # nothing was captured
+
+
+def test_wrapper_takes_a_name_with_the_reports_extension(fake_tools):
+    fake_tools.install("nsys", FAKE_NSYS)
+    got, stdout, stderr, calls = fake_tools("-o", "mine.nsys-rep", FAKE_VERSION="2023.4.4", FAKE_WRITE_REPORT=1,
+                                            FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+                                            FAKE_CSV=csv_file(fake_tools.tmp, AFFECTED_CSV))
+    assert got == 1, stdout + stderr
+    assert "-o mine " in calls and "mine.nsys-rep" in calls
+
+
+def test_wrapper_never_judges_a_stale_qdrep(fake_tools):
+    """An older .qdrep (nsys before 2021.4) lies here and this capture wrote nothing."""
+    fake_tools.install("nsys", FAKE_NSYS)
+    old = fake_tools.tmp / "torch_compile_selective_activation_checkpoint.qdrep"
+    old.write_text("an earlier capture")
+    os.utime(old, (1_600_000_000, 1_600_000_000))
+    got, stdout, stderr, calls = fake_tools(FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+                                            FAKE_CSV=csv_file(fake_tools.tmp, FIXED_CSV))
+    assert got == 125, stdout + stderr
+    assert "nsys stats" not in calls and "VERDICT" not in stdout
+
+
+def test_strict_policy_reaches_the_judge_through_the_wrapper(fake_tools):
+    """The loops run forward only, so --strict-policy cannot be settled from a capture: 125."""
+    fake_tools.install("nsys", FAKE_NSYS)
+    common = dict(FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+                  FAKE_WRITE_REPORT=1, FAKE_CSV=csv_file(fake_tools.tmp, FIXED_CSV))
+    assert fake_tools(**common)[0] == 0
+    got, stdout, _, _ = fake_tools("--", "--strict-policy", **common)
+    assert got == 125 and "--strict-policy" in stdout
+
+
+def test_wrapper_passes_on_ncus_cannot_test(fake_tools):
+    fake_tools.install("ncu", FAKE_NCU + 'exit "${FAKE_APP_RC:-0}"\n')
+    got, stdout, stderr, _ = fake_tools(FAKE_NCU_OUT=data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"), FAKE_APP_RC=125)
+    assert got == 125, stdout + stderr
+    assert "VERDICT" not in stdout
+
+
+def test_a_failing_nsys_stats_aborts(fake_tools):
+    fake_tools.install("nsys", FAKE_NSYS.replace('stats) cat "$FAKE_CSV" ;;', 'stats) echo "ERROR: broken export" >&2; exit 1 ;;'))
+    got, stdout, stderr, _ = fake_tools(FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+                                        FAKE_WRITE_REPORT=1)
+    assert got == 128, stdout + stderr
+    assert "nsys stats could not read it" in stderr and "broken export" in stderr

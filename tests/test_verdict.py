@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT, run, run_json, SCRIPT
 
-from sac_repro import cli, verdict
+from sac_repro import cli, exits, verdict
 
 REQUIRED_KEYS = {"verdict", "exit_code", "reason", "torch_version", "torch_git_version", "device",
                  "scenarios", "policy", "errors", "env", "source"}
@@ -115,7 +115,7 @@ def test_hung_child_times_out_as_cannot_test(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--device", "gpu"], "invalid choice: 'gpu'"),
-    (["--timeout", "0"], "must be > 0"),
+    (["--timeout", "0"], "must be a finite number > 0"),
     (["--json", "/nonexistent-dir/report.json"], "does not exist or is not writable"),
     (["--from-nsys", "/nonexistent.nsys-rep"], "report file not found"),
 ])
@@ -135,7 +135,7 @@ def test_a_bug_in_this_bundle_aborts_with_one_line(monkeypatch, capsys, tmp_path
     monkeypatch.setattr(cli, "report_from_loops", broken)
     rc = cli.main(SCRIPT, ["--from-nsys", str(csv)])
     err = capsys.readouterr().err
-    assert rc == verdict.EXIT_ABORT
+    assert rc == exits.EXIT_ABORT
     assert len(err.strip().splitlines()) == 1 and "internal error" in err
 
 

@@ -1,0 +1,121 @@
+"""Exit codes, the contract with `git bisect run`, in one place; and the guard that every entry
+point runs inside, so that nothing but a judged verdict ever exits 0 or 1.
+
+    0    not reproduced       git bisect: the old term (good)
+    1    reproduced           git bisect: the new term (bad)
+    125  cannot test          git bisect: skip this build (the torch under test failed, or cannot show the bug)
+    128  usage error, output that could not be written, or a bug here: aborts a bisect
+    128+n  ended by signal n (130 for Ctrl-C): aborts a bisect too
+"""
+import os
+import signal
+import sys
+
+EXIT_NOT_REPRODUCED, EXIT_REPRODUCED, EXIT_CANNOT_TEST, EXIT_ABORT = 0, 1, 125, 128
+# The exit code of each verdict, for each way of bisecting. `git bisect run` reads 0 as the old
+# term and 1 as the new one; 125 skips the build.
+TERMS = {
+    "regression": {"not_reproduced": 0, "reproduced": 1, "cannot_test": 125},  # good/bad (default)
+    "fix": {"reproduced": 0, "not_reproduced": 1, "cannot_test": 125},  # --term-old broken --term-new fixed
+}
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line and EXIT_ABORT, never a verdict."""
+
+
+class OutputError(Exception):
+    """A report or a file could not be written: the verdict was not delivered, so no verdict."""
+
+
+class Interrupted(BaseException):
+    """A signal, raised where the program is, so that every `finally` on the way out ends the
+    processes and removes the files it made. A BaseException, as KeyboardInterrupt is."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_on_signals():
+    def handler(signum, frame):
+        for s in HANDLED_SIGNALS:  # the clean-up on the way out must not be cut short by a second one
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+    for s in HANDLED_SIGNALS:
+        signal.signal(s, handler)
+
+
+def one_line(e):
+    return " ".join(("%s: %s" % (type(e).__name__, e)).split())[:400]
+
+
+def say_error(line):
+    """One line on stderr, if stderr can still take it."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def guarded(body, whose):
+    """Runs an entry point's body and returns its exit code: the body's, or EXIT_ABORT with one
+    line for a usage error, output that could not be written, or a bug of `whose`; 128+n for a
+    signal. Output is flushed here, so a closed pipe is caught here and not at interpreter exit."""
+    raise_on_signals()
+    try:
+        code = body()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is None:
+                raise OutputError("cannot write the report: standard output or error is closed")
+            stream.flush()
+        return code
+    except UsageError as e:
+        say_error("usage error: %s" % e)
+    except OutputError as e:
+        say_error("error: %s" % e)
+    except BrokenPipeError as e:
+        say_error("error: cannot write the report: %s" % e.strerror)
+    except Interrupted as e:
+        say_error("interrupted by %s: stopped what it had started, no verdict" % signal.Signals(e.signum).name)
+        return 128 + e.signum
+    except KeyboardInterrupt:
+        say_error("interrupted by SIGINT: stopped what it had started, no verdict")
+        return 128 + signal.SIGINT
+    except Exception as e:
+        say_error("internal error (a bug in %s, not a verdict): %s" % (whose, one_line(e)))
+    finally:
+        quiet_closed_streams()
+    return EXIT_ABORT
+
+
+def quiet_closed_streams():
+    """Where stdout or stderr can no longer be written, point it at /dev/null: otherwise Python's
+    own flush at exit fails too, and exits 120."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+            except (OSError, ValueError):
+                pass
+
+
+def raised_by_this_bundle(e):
+    """Ours (abort the bisect) or the torch under test's (cannot test this build)? Anything that
+    passed through torch's or triton's Python code is theirs; so is a RuntimeError (how torch's
+    C++ reports failures). A plain Python error that never entered torch is a bug here."""
+    import traceback
+    packages = [os.path.dirname(m.__file__) + os.sep for m in
+                (sys.modules.get("torch"), sys.modules.get("triton")) if m and getattr(m, "__file__", None)]
+    for frame in traceback.extract_tb(e.__traceback__):
+        if any(os.path.abspath(frame.filename).startswith(p) for p in packages):
+            return False
+    return isinstance(e, OUR_BUG_TYPES)
+
+
+OUR_BUG_TYPES = (NameError, TypeError, KeyError, IndexError, AttributeError, ValueError,
+                 AssertionError, ZeroDivisionError, ImportError)

@@ -1,0 +1,90 @@
+"""Ctrl-C (SIGINT) or SIGTERM to an entry point ends everything it started, removes its temp
+files, and exits 130 or 128+n: a bisect aborts, and no hung torch is left running."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SCRIPT
+from test_bisect import BISECT, git, nightly_world  # noqa: F401  (a fixture)
+
+HANG_IN_CHILD = """
+import os, sys, time
+if "--_child" in sys.argv:
+    with open(os.environ["SAC_TEST_PIDFILE"], "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(600)
+"""
+
+
+def hanging_child_env(tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(HANG_IN_CHILD)
+    (tmp_path / "tmp").mkdir()
+    return dict(os.environ, PYTHONPATH=str(tmp_path / "site"), TMPDIR=str(tmp_path / "tmp"),
+                SAC_TEST_PIDFILE=str(tmp_path / "child.pid"))
+
+
+def wait_for(path, seconds=300):
+    deadline = time.time() + seconds
+    while not (os.path.exists(path) and os.path.getsize(path)):
+        assert time.time() < deadline, "the measured child never started"
+        time.sleep(0.2)
+    return int(open(path).read())
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead; only its parent can reap it
+    with open("/proc/%d/stat" % pid) as fh:
+        return fh.read().split(")")[-1].split()[0] != "Z"
+
+
+def gone(pid, seconds=30):
+    deadline = time.time() + seconds
+    while alive(pid) and time.time() < deadline:
+        time.sleep(0.2)
+    return not alive(pid)
+
+
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_script_ends_its_child_and_its_temp_files(tmp_path, sig, rc):
+    env = hanging_child_env(tmp_path)
+    proc = subprocess.Popen([sys.executable, SCRIPT, "--device", "cpu"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        child = wait_for(tmp_path / "child.pid")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == rc, (out, err)
+    assert gone(child), "the measured child still runs"
+    assert os.listdir(tmp_path / "tmp") == []
+    assert "interrupted" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_a_bisect_step_ends_the_repro_it_runs(nightly_world, tmp_path, sig, rc):  # noqa: F811
+    env = hanging_child_env(tmp_path)
+    git(nightly_world["repo"], "checkout", "-q", nightly_world["commits"]["06"])
+    proc = subprocess.Popen([sys.executable, BISECT, "nightly-step", "--index", str(nightly_world["wheels"]),
+                             "--cache", str(nightly_world["cache"])], cwd=nightly_world["repo"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        child = wait_for(tmp_path / "child.pid", 600)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == rc, (out, err)
+    assert gone(child), "the measured child still runs"
+    assert os.listdir(tmp_path / "tmp") == []
