@@ -16,6 +16,8 @@ the matmul kernels that ran in one backward. Ratios are against compile(sac(bloc
 """
 import argparse
 import functools
+import json
+import math
 import os
 import statistics
 import sys
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+from sac_repro import plot
 from sac_repro.measure import backward_matmuls, fresh_code
 
 MATMULS = [torch.ops.aten.mm.default]
@@ -176,8 +179,15 @@ def across_ranks(value, op):
     return t.item()
 
 
+def finite(text):
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError("must be a finite number > 0, got %r" % text)
+    return value
+
+
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--fsdp", action="store_true", help="shard with FSDP2; run with torchrun")
     p.add_argument("--small", action="store_true", help="tiny shapes, float32, few iterations (smoke test)")
@@ -186,9 +196,13 @@ def parse_args():
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--tolerance", type=float, default=2e-2,
+    p.add_argument("--json", metavar="PATH", help="also write the table as JSON (for --policy-report's cost)")
+    p.add_argument("--plot", metavar="PATH", help="also draw the table (.png or .svg; needs matplotlib)")
+    p.add_argument("--tolerance", type=finite, default=2e-2,
                    help="max relative error of the loss and any gradient against eager (bf16 default)")
     args = p.parse_args()
+    if args.plot and plot.plot_path_problem(args.plot):
+        p.error(plot.plot_path_problem(args.plot))
     args.dtype = torch.bfloat16
     if args.small:
         args.hidden, args.tokens, args.layers, args.iters, args.warmup = 64, 128, 2, 3, 1
@@ -260,6 +274,16 @@ def main():
         say("(fwd+bwd: the slowest rank's median; p25-p75: rank 0's; peak GiB: the largest of the ranks)")
     if args.small:
         say("(--small: a smoke test; these numbers are not a measurement)")
+    table = {"schema": 1, "torch": torch.__version__, "git": torch.version.git_version, "device": gpu,
+             "world": world, "fsdp": args.fsdp, "hidden": args.hidden, "tokens": args.tokens,
+             "layers": args.layers, "dtype": str(args.dtype).replace("torch.", ""), "small": args.small,
+             "date": time.strftime("%Y-%m-%d"), "baseline": WORKAROUND, "rows": rows}
+    if rank == 0 and args.json:
+        with open(args.json, "w") as fh:
+            json.dump(table, fh, indent=2)
+    if rank == 0 and args.plot:
+        plot.draw_bench(table, args.plot)
+        say("plot: " + args.plot)
     if args.fsdp:
         dist.destroy_process_group()
     return 0

@@ -111,6 +111,8 @@ if device == "cuda":  # [added] close the capture range
 # ==== the scenarios ================================================================================
 # Each runs after the report's loops, in the same process, a few calls under torch.profiler. The
 # verdict needs the first two; the others show what the fix leaves open and what to do instead.
+import torch._inductor.config  # noqa: E402
+
 from sac_repro.measure import fresh_code  # noqa: E402
 
 
@@ -138,3 +140,9 @@ SCENARIOS = {
     "compiled_no_checkpoint": ("policy control: no checkpoint, nothing recomputed",
                                lambda: f_control(x, y)),
 }
+# For --policy-report only (2.10 and later): the option that shows SAC the compiled region as one op.
+if hasattr(torch._inductor.config, "wrap_inductor_compiled_regions"):
+    f_wrapped = torch.compile(fresh_code(f), fullgraph=True, dynamic=True,
+                              options={"wrap_inductor_compiled_regions": True})
+    SCENARIOS["with_context_wrapped"] = ("f compiled with wrap_inductor_compiled_regions, under SAC",
+                                         lambda: checkpoint_fn_with_context(f_wrapped, x, y))

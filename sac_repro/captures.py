@@ -135,6 +135,56 @@ def ranges_from_sqlite(path):
         db.close()
 
 
+SQLITE_TIMELINE = """
+    select n.rowid, coalesce(n.text, ns.value), n.start, n.end, coalesce(kd.value, ks.value), k.start, k.end
+    from NVTX_EVENTS n
+    left join StringIds ns on ns.id = n.textId
+    left join CUPTI_ACTIVITY_KIND_RUNTIME r
+      on r.globalTid = n.globalTid and r.start >= n.start and r.start <= n.end
+    left join CUPTI_ACTIVITY_KIND_KERNEL k on k.correlationId = r.correlationId
+    left join StringIds kd on kd.id = k.demangledName
+    left join StringIds ks on ks.id = k.shortName
+    where n.end is not null and n.eventType = 59
+    order by n.start, k.start"""
+
+
+def timeline_from_sqlite(path, loop_range, loops):
+    """For --plot: each range of the report's loops, with its span and its kernels' GPU times (ns),
+    joined as ranges_from_sqlite joins them. loop_range and loops are the verdict's."""
+    db, tables, db_error = open_sqlite(path)
+    if not {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"} <= tables:
+        return []
+    try:
+        ranges = {}
+        for rowid, name, start, end, kernel, kstart, kend in db.execute(SQLITE_TIMELINE):
+            m = loop_range.fullmatch(name or "")
+            if not m:
+                continue
+            r = ranges.setdefault(rowid, {"scenario": loops[m.group(1)], "index": int(m.group(2)),
+                                          "start": start, "end": end, "kernels": []})
+            if kernel is not None:
+                r["kernels"].append((kernel, kstart, kend))
+        return list(ranges.values())
+    except db_error as e:
+        raise damaged(path, e)
+    finally:
+        db.close()
+
+
+def sqlite_of_nsys_rep(path, folder):
+    """An .nsys-rep's SQLite export, written into folder (nsys export), for its timestamps."""
+    nsys = shutil.which("nsys")
+    if not nsys:
+        raise UsageError("%s is an .nsys-rep; drawing it needs nsys on PATH (or pass its .sqlite export)" % path)
+    out = os.path.join(folder, "export.sqlite")
+    proc = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", out, path],
+                          capture_output=True, text=True)
+    if not os.path.exists(out):
+        raise UsageError("%s: nsys export could not write its SQLite export: %s" % (
+            path, " ".join((proc.stderr.strip() or proc.stdout.strip()).split())[:300]))
+    return out
+
+
 def ranges_from_ncu_text(text, path):
     """From `ncu --nvtx --print-summary per-nvtx`: `<domain>` lines, then `  <range>` lines, each
     followed by its kernels with their invocation counts. ncu merges ranges of one name, so a

@@ -15,10 +15,11 @@ import tempfile
 import threading
 import traceback
 
-from .captures import load_ranges
+from . import plot
+from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from .exits import EXIT_CANNOT_TEST, guarded, one_line, OutputError, raised_by_this_bundle, UsageError
-from .render import PROGRESS, render_markdown, render_text
-from .verdict import report_from_child, report_from_loops
+from .render import PROGRESS, render_markdown, render_policy_markdown, render_text
+from .verdict import LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,6 +53,13 @@ def parse_args(argv, doc):
                    "(schema 2); - writes it to stdout instead of the text")
     p.add_argument("--markdown", action="store_true",
                    help="print a report to paste into a GitHub issue instead of the text")
+    p.add_argument("--plot", metavar="PATH",
+                   help="also draw what the verdict was judged from (.png or .svg; needs matplotlib)")
+    p.add_argument("--policy-report", action="store_true",
+                   help="print, as markdown, a report of the open half alone: the policy under "
+                        "sac(compile(f)) against compile(sac(f)) (2.10 and later)")
+    p.add_argument("--bench-json", metavar="PATH",
+                   help="with --policy-report: add the cost that `bench_sac_compile.py --json PATH` measured")
     p.add_argument("--strict-policy", action="store_true",
                    help="also exit 1 when compiled code runs under SAC but the policy's MUST_SAVE "
                         "on aten.mm is ignored (torch 2.10 and later)")
@@ -76,13 +84,26 @@ def parse_args(argv, doc):
 
 def check_paths(args):
     """Paths are checked before any work: an empty one is an unset variable, never "no option"."""
-    for option, value in (("--json", args.json), ("--from-nsys", args.from_nsys), ("--from-ncu", args.from_ncu)):
+    for option, value in (("--json", args.json), ("--from-nsys", args.from_nsys), ("--from-ncu", args.from_ncu),
+                          ("--plot", args.plot), ("--bench-json", args.bench_json)):
         if value is not None and not value:
             raise UsageError("%s was given an empty path (an unset shell variable?)" % option)
     if args.json and args.json != "-":
-        check_writable(args.json, args.from_nsys or args.from_ncu)
-    if args.json == "-" and args.markdown:
-        raise UsageError("--json - and --markdown both want stdout: write the JSON to a file")
+        check_writable(args.json, "--json", args.from_nsys or args.from_ncu)
+    if args.plot and not args.child_out:
+        check_writable(args.plot, "--plot", args.from_nsys or args.from_ncu)
+        problem = plot.plot_path_problem(args.plot)
+        if problem:
+            raise UsageError(problem)
+    if args.json == "-" and (args.markdown or args.policy_report):
+        raise UsageError("--json - and a markdown report both want stdout: write the JSON to a file")
+    if args.policy_report and (args.from_nsys is not None or args.from_ncu is not None):
+        raise UsageError("--policy-report needs a backward, and a capture of the report's loops holds none: "
+                         "run the script itself")
+    if args.bench_json is not None and not args.policy_report:
+        raise UsageError("--bench-json goes with --policy-report")
+    if args.bench_json is not None:
+        args.bench = load_bench(args.bench_json)
 
 
 def main(script_path, argv=None):
@@ -117,6 +138,8 @@ def run(script_path, argv):
         if args.loops_only:
             return loops_only_exit(raw)
         report = report_from_child(raw, args.terms, args.strict_policy)
+    if args.plot:
+        draw(report, args)
     # in the order printed: scenarios as the table lists them
     as_json = json.dumps(report, indent=2)
     if args.json == "-":
@@ -124,13 +147,34 @@ def run(script_path, argv):
         return report["exit_code"]
     if args.json:
         write_file(args.json, as_json + "\n", "--json")
-    if args.markdown:
-        command = "python %s %s" % (os.path.basename(script_path), " ".join(argv))
-        emit(render_markdown(report, command.strip(), script_path,
+    command = ("python %s %s" % (os.path.basename(script_path), " ".join(argv))).strip()
+    if args.policy_report:
+        emit(render_policy_markdown(report, command, collect_env() if report["env"].get("torch") else None,
+                                    getattr(args, "bench", None)))
+    elif args.markdown:
+        emit(render_markdown(report, command, script_path,
                              collect_env() if report["env"].get("torch") else None))
     else:
         emit(render_text(report))
     return report["exit_code"]
+
+
+def draw(report, args):
+    """--plot: the picture of what the verdict was judged from, after the verdict."""
+    timeline = None
+    if args.from_nsys is not None:
+        with open(args.from_nsys, "rb") as fh:
+            is_sqlite = fh.read(16).startswith(b"SQLite format 3")
+        if is_sqlite:
+            timeline = timeline_from_sqlite(args.from_nsys, LOOP_RANGE, LOOPS)
+        elif args.from_nsys.endswith((".nsys-rep", ".qdrep")):
+            with tempfile.TemporaryDirectory(prefix="sac_repro_") as folder:
+                timeline = timeline_from_sqlite(sqlite_of_nsys_rep(args.from_nsys, folder), LOOP_RANGE, LOOPS)
+    try:
+        plot.draw_report(report, args.plot, timeline)
+    except Exception as e:
+        raise OutputError("cannot draw --plot %s: %s" % (args.plot, one_line(e)))
+    report["plot"] = args.plot
 
 
 def emit(text):
@@ -178,7 +222,8 @@ def child(script_path, args):
         return write_child_result(args.child_out, {
             "status": "our_bug" if raised_by_this_bundle(e) else "torch_error", "reason":
             "importing sac_repro.measure: " + one_line(e), "traceback": traceback.format_exc()})
-    return measure.child_main(script_path, args.child_out, args.device, args.loops_only)
+    return measure.child_main(script_path, args.child_out, args.device, args.loops_only, args.policy_report,
+                              bool(args.plot))
 
 
 def write_child_result(path, result):
@@ -200,6 +245,10 @@ def run_child(script_path, args):
     cmd = [sys.executable, script_path, "--_child", out_path, "--device", args.device]
     if args.loops_only:
         cmd.append("--loops-only")
+    if args.policy_report:
+        cmd.append("--policy-report")
+    if args.plot:
+        cmd += ["--plot", args.plot]  # the child records each call's timeline; the parent draws
     log = []
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -260,14 +309,29 @@ def signal_name(num):
         return "signal %d" % num
 
 
-def check_writable(path, capture=None):
+def load_bench(path):
+    """A bench JSON (`bench_sac_compile.py --json`), checked for what the policy report reads."""
+    from .captures import check_input_file
+    check_input_file(path, "--bench-json")
+    why = "no rows, or no baseline among them"
+    try:
+        with open(path) as fh:
+            bench = json.load(fh)
+        if bench["baseline"] in bench["rows"] and all("median" in r for r in bench["rows"].values()):
+            return bench
+    except (ValueError, KeyError, TypeError) as e:
+        why = one_line(e)
+    raise UsageError("--bench-json %s: expected the JSON that `bench_sac_compile.py --json` writes (%s)" % (path, why))
+
+
+def check_writable(path, option, capture=None):
     if os.path.isdir(path):
-        raise UsageError("--json %s: is a folder; name a file in it" % path)
+        raise UsageError("%s %s: is a folder; name a file in it" % (option, path))
     if capture and os.path.exists(path) and os.path.exists(capture) and os.path.samefile(path, capture):
-        raise UsageError("--json %s is the capture being judged: it would be overwritten" % path)
+        raise UsageError("%s %s is the capture being judged: it would be overwritten" % (option, path))
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise UsageError("--json %s: folder %s does not exist or is not writable" % (path, folder))
+        raise UsageError("%s %s: folder %s does not exist or is not writable" % (option, path, folder))
 
 
 def collect_env():

@@ -20,7 +20,7 @@ import torch
 
 from .exits import Interrupted, one_line, raised_by_this_bundle
 from .render import PROGRESS, REPORT_END
-from .verdict import CASE, classify_kernel, CONTROL, CPU_MATMUL_OPS, refused_to_run_eagerly
+from .verdict import CASE, classify_kernel, CONTROL, CPU_MATMUL_OPS, POLICY_REPORT_ONLY, refused_to_run_eagerly
 
 PROFILED_CALLS = 3  # each judged on its own: one compiled call must not hide two eager ones
 TIMED_CALLS = 20
@@ -117,12 +117,19 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
-def profile_call(step, device):
-    """[name, count] of every op, label and kernel that ran during one call of step()."""
+def profile_call(step, device, timeline=False):
+    """{"names": [name, count] of every op, label and kernel that ran during one call of step()},
+    and with timeline, each of them as [name, start us, duration us, "cpu" | "gpu"] (for --plot)."""
     with torch.profiler.profile(activities=activities(device)) as prof:
         step()
         synchronize(device)
-    return sorted([n, c] for n, c in collections.Counter(e.name for e in prof.events()).items())
+    events = prof.events()
+    call = {"names": sorted([n, c] for n, c in collections.Counter(e.name for e in events).items())}
+    if timeline and events:
+        t0 = min(e.time_range.start for e in events)
+        call["timeline"] = [[e.name, round(e.time_range.start - t0, 3), round(e.time_range.elapsed_us(), 3),
+                             "cpu" if str(e.device_type).endswith("CPU") else "gpu"] for e in events]
+    return call
 
 
 def time_forward_us(step, device):
@@ -171,7 +178,7 @@ def ancestor_names(e):
         yield e.name
 
 
-def measure_scenario(step, device, policy_seen):
+def measure_scenario(step, device, policy_seen, timeline):
     """One scenario: a first call (compiles), then each profiled call, then timing."""
     entry = {"calls": []}
     policy_seen.clear()
@@ -182,7 +189,7 @@ def measure_scenario(step, device, policy_seen):
             raise
     for _ in range(PROFILED_CALLS):
         try:
-            entry["calls"].append({"names": profile_call(step, device)})
+            entry["calls"].append(profile_call(step, device, timeline))
         except Exception as e:
             if not refused_to_run_eagerly(e):
                 raise
@@ -193,7 +200,7 @@ def measure_scenario(step, device, policy_seen):
     return entry
 
 
-def measure(path, device, loops_only, result):
+def measure(path, device, loops_only, policy_report, timeline, result):
     try:
         namespace = run_script(path, result)
     except NoSacApi as e:
@@ -210,17 +217,19 @@ def measure(path, device, loops_only, result):
     gc.disable()
     policy_seen = record_policy_calls(namespace)
     scenarios = result["scenarios"] = {}
-    for name, (shows, step) in namespace["SCENARIOS"].items():
+    chosen = {name: entry for name, entry in namespace["SCENARIOS"].items()
+              if policy_report or name not in POLICY_REPORT_ONLY}
+    for name, (shows, step) in chosen.items():
         progress("scenario %s: %d profiled calls" % (name, PROFILED_CALLS))
         try:
-            scenarios[name] = measure_scenario(step, device, policy_seen)
+            scenarios[name] = measure_scenario(step, device, policy_seen, timeline)
         except Exception as e:
             if name in (CONTROL, CASE):
                 raise
             scenarios[name] = {"calls": [], "error": one_line(e)}  # a side scenario must not hide the verdict
         scenarios[name]["shows"] = shows
     progress("policy check: one profiled backward per scenario")
-    for name, (_, step) in namespace["SCENARIOS"].items():
+    for name, (_, step) in chosen.items():
         entry = scenarios[name]
         if name == "without_context_after_sac" or "error" in entry or any("refused" in c for c in entry["calls"]):
             continue
@@ -231,7 +240,7 @@ def measure(path, device, loops_only, result):
     result["status"] = "ok"
 
 
-def child_main(path, out_path, device_arg, loops_only):
+def child_main(path, out_path, device_arg, loops_only, policy_report, timeline):
     """Writes the result as JSON, whatever happens short of a crash. The environment is described
     first, so that an error later still reports which torch it was."""
     device = "cuda" if device_arg != "cpu" and torch.cuda.is_available() else "cpu"
@@ -242,7 +251,7 @@ def child_main(path, out_path, device_arg, loops_only):
             result.update(status="cannot_test", reason="--device cuda was asked for, but this torch "
                           "sees no CUDA device (torch.cuda.is_available() is False); use --device cpu or auto")
         else:
-            measure(path, device, loops_only, result)
+            measure(path, device, loops_only, policy_report, timeline, result)
     except Interrupted:
         raise  # a signal to the child: no result, which the parent reads as cannot_test
     except BaseException as e:

@@ -1,7 +1,9 @@
 """The verdict and its evidence as text (the default), and as markdown to paste into a GitHub
 issue: the report's code as run, expected and actual, the evidence, then collect_env.
 """
-from .verdict import abridge, CASE, classify_kernel, DYNAMO_HINT, eager_label, LOOP_CALLS, LOOPS
+import os
+
+from .verdict import abridge, CASE, classify_kernel, DYNAMO_HINT, eager_label, LOOP_CALLS, LOOPS, WRAPPED
 
 PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
 REPORT_BEGIN = "# ==== the report's code"
@@ -146,15 +148,28 @@ def render_text(report):
     return "\n".join(out)
 
 
+def torch_line(report):
+    env = report["env"]
+    if not env.get("torch"):
+        return report["source"]
+    return "torch %s (git %s) on %s" % (env.get("torch"), (env.get("torch_git") or "?")[:12],
+                                       env.get("gpu") or env.get("device"))
+
+
+def versions_details(env, collect_env):
+    return ["<details><summary>Versions (python -m torch.utils.collect_env)</summary>", "", "```",
+            environment_line(env), "", collect_env or "(not collected)", "```", "", "</details>"]
+
+
 def render_markdown(report, command, script_path, collect_env):
     env = report["env"]
-    torch_line = "torch %s (git %s) on %s" % (env.get("torch"), (env.get("torch_git") or "?")[:12],
-                                             env.get("gpu") or env.get("device")) if env.get("torch") else report["source"]
     out = ["### torch.compile'd function called inside selective activation checkpointing (pytorch/pytorch#161889)",
-           "", "%s. Command: `%s`" % (torch_line, command), "",
+           "", "%s. Command: `%s`" % (torch_line(report), command), "",
            "- **Expected:** %s." % EXPECTED,
            "- **Actual:** %s." % actual(report),
            "- **Verdict:** `%s` (exit %d)" % (report["verdict"], report["exit_code"]), ""]
+    if report.get("plot"):
+        out += ["Picture of the evidence (`--plot`): attach `%s` here." % os.path.basename(report["plot"]), ""]
     rows = scenario_rows(report)
     if rows:
         out += markdown_table(rows, TABLE_HEADER) + [""]
@@ -162,9 +177,129 @@ def render_markdown(report, command, script_path, collect_env):
     out += ["", "<details><summary>Repro: the report's code as it ran (standalone; [changed] and "
             "[added] mark the edits to the report)</summary>", "", "```python",
             report_code(script_path).rstrip(), "```", "", "</details>", ""]
-    out += ["<details><summary>Versions (python -m torch.utils.collect_env)</summary>", "", "```",
-            environment_line(env), "", collect_env or "(not collected)", "```", "", "</details>"]
+    out += versions_details(env, collect_env)
     return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- the policy report
+POLICY_SNIPPET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_snippet.py")
+POLICY_ROWS = ((CASE, "`sac(compile(f))`, the report's pattern"),
+               ("workaround", "`compile(sac(f))`, the checkpoint inside the compiled region"),
+               ("eager_sac", "eager SAC, no compile"),
+               (WRAPPED, "`sac(compile(f))` with `wrap_inductor_compiled_regions=True`"))
+
+
+def policy_snippet():
+    with open(POLICY_SNIPPET) as fh:
+        return fh.read().strip() + "\n"
+
+
+def render_policy_markdown(report, command, collect_env, bench=None):
+    """The open half of the bug as a report of its own: the policy of SAC around a compiled
+    function, from this run's evidence (and the bench's cost, when its JSON is given)."""
+    out = ["### Selective activation checkpointing around a `torch.compile`d function: the policy never "
+           "sees the function's ops (follow-up to pytorch/pytorch#161889)", "",
+           "%s. Command: `%s`" % (torch_line(report), command), ""]
+    case = report["scenarios"].get(CASE, {})
+    if report["verdict"] == "cannot_test" or case.get("eager_calls") or not case.get("calls"):
+        why = ("the compiled f ran eagerly under SAC in %d of %d calls: that is pytorch/pytorch#161889 "
+               "itself, fixed in 2.10. SAC then sees f's own ops, and the policy applies to them"
+               % (case.get("eager_calls", 0), len(case.get("calls", []))) if case.get("eager_calls")
+               else "this build could not be tested: " + report["reason"])
+        out += ["This part cannot be shown on this torch: %s. Run it on torch 2.10 or later." % why, ""]
+        return "\n".join(out + versions_details(report["env"], collect_env))
+    out += ["Since 2.10 a compiled function called inside SAC (`checkpoint(..., use_reentrant=False, "
+            "context_fn=create_selective_checkpoint_contexts(policy))`) runs compiled. But the policy is "
+            "no longer asked about the function's ops: inside the compiled region it sees what Inductor's "
+            "code calls, so a policy written for the model's ops never matches, and backward recomputes "
+            "the whole region.", "",
+            "The report's f and policy (`MUST_SAVE` on `aten.mm.default`), three ways (CPU or CUDA; it prints what "
+            "the policy was asked about, and the matmuls computed in one backward):", "",
+            "```python", policy_snippet().rstrip(), "```", "",
+            "- **Expected:** under `sac(compile(f))` the policy is asked about `aten.mm.default`, and its "
+            "`MUST_SAVE` keeps the forward matmul out of backward, as under `compile(sac(f))`.",
+            "- **Actual:** %s." % policy_actual(report), ""]
+    out += markdown_table(policy_rows(report), ("arrangement", "the policy was asked about (forward)",
+                                                "matmuls computed in one backward", "forward matmul"))
+    out += ["", "Measured by this bundle's run (torch.profiler, %s): %s." % (
+        report["device"], "with a baseline of %d matmuls where the forward matmul is saved (compiled f, no "
+        "checkpoint)" % report["policy"]["baseline"] if report["policy"].get("trusted")
+        else report["policy"].get("reason", "the policy check was not measured")), ""]
+    out += wrapped_paragraph(report, bench)
+    if bench:
+        out += ["", "**What it costs** (`bench_sac_compile.py`, %s):" % bench_setup(bench), ""]
+        out += markdown_table(bench_rows(bench), ("arrangement", "fwd+bwd ms", "x time", "peak GiB",
+                                                  "matmul kernels in backward"))
+    out += [""] + versions_details(report["env"], collect_env)
+    return "\n".join(out)
+
+
+def asked_about(report, name):
+    seen = (report["policy"].get("ops_seen") or {}).get(name)
+    return ", ".join("`%s -> %s`" % (op, d) for op, d, _ in
+                     sorted(seen, key=lambda r: (r[1] != "MUST_SAVE", r[0]))) if seen else "-"
+
+
+def policy_rows(report):
+    p = report["policy"]
+    counts = p.get("backward_matmuls") or {}
+    rows = []
+    for name, label in POLICY_ROWS:
+        if name not in report["scenarios"]:
+            continue
+        recomputed = p.get("%s_matmul_recomputed_in_backward" % name)
+        n = counts.get(name)
+        rows.append((label, asked_about(report, name), "-" if n is None else str(n),
+                     {True: "**recomputed**", False: "saved", None: "not measured"}[recomputed]))
+    return rows
+
+
+def policy_actual(report):
+    p, counts = report["policy"], report["policy"].get("backward_matmuls") or {}
+    asked = [op for op, _, _ in (p.get("ops_seen") or {}).get(CASE, [])]
+    said = "under `sac(compile(f))` the policy was asked about %s%s" % (
+        ", ".join("`%s`" % op for op in asked) or "nothing",
+        "" if "aten.mm.default" in asked else " only, never `aten.mm.default`")
+    recomputed = p.get("with_context_matmul_recomputed_in_backward")
+    if recomputed:
+        return "%s; backward computed %d matmuls, against %d where the forward matmul is saved: the " \
+               "forward matmul ran again" % (said, counts[CASE], p["baseline"])
+    if recomputed is False:
+        return "%s, and backward computed no more matmuls than where the forward matmul is saved" % said
+    return "%s; whether the forward matmul ran again was not measured (%s)" % (said, p.get("reason", "?"))
+
+
+def wrapped_paragraph(report, bench):
+    """What `wrap_inductor_compiled_regions` changes, as measured here (and in the bench)."""
+    if WRAPPED not in report["scenarios"]:
+        return ["`wrap_inductor_compiled_regions` (2.10 and later) is not in this torch: not measured."]
+    seen = [op for op, _, _ in (report["policy"].get("ops_seen") or {}).get(WRAPPED, [])]
+    out = ["**`torch.compile(f, options={\"wrap_inductor_compiled_regions\": True})`**, measured in this run: "
+           "the policy is asked about %s: the compiled region as one op. A policy can then save the "
+           "region's outputs whole or recompute the region whole, never keep just the matmul." % (
+               ", ".join("`%s`" % op for op in seen) or "nothing")]
+    rows = (bench or {}).get("rows", {})
+    wrapped = next((r for n, r in rows.items() if "wrap_inductor_compiled_regions" in n), None)
+    nockpt, workaround = rows.get("compiled, no checkpoint"), rows.get("compile(sac(block)) [workaround]")
+    if wrapped and nockpt and workaround and wrapped.get("mem") is not None:
+        out[0] += (" In the bench, a policy that also saves the region takes %.2f GiB at its peak, as "
+                   "much as no checkpoint at all (%.2f GiB), against %.2f GiB for `compile(sac(block))`."
+                   % (wrapped["mem"], nockpt["mem"], workaround["mem"]))
+    return out
+
+
+def bench_setup(bench):
+    return "%s, torch %s, %d blocks of hidden %d, %d tokens%s, %s%s" % (
+        bench["device"], bench["torch"], bench["layers"], bench["hidden"], bench["tokens"],
+        " per rank" if bench.get("fsdp") else "", bench["dtype"],
+        ", FSDP2 over %d ranks" % bench["world"] if bench.get("fsdp") else "")
+
+
+def bench_rows(bench):
+    base = bench["rows"][bench["baseline"]]["median"]
+    return [(name, "%.1f" % r["median"], "%.2f" % (r["median"] / base),
+             "-" if r.get("mem") is None else "%.2f" % r["mem"], "-" if r.get("bwd_mm") is None else str(r["bwd_mm"]))
+            for name, r in bench["rows"].items()]
 
 
 def release_table_markdown(rows):

@@ -17,6 +17,10 @@ LOOP_CALLS = 50
 # Policy check: scenarios that save the forward matmul, and the one that recomputes it.
 POLICY_SAVES = ("eager_sac", "compiled_no_checkpoint")
 POLICY_RECOMPUTES = (CONTROL,)
+# The arrangements the policy check judges; the last is measured only for --policy-report (2.10+).
+WRAPPED = "with_context_wrapped"
+POLICY_SUBJECTS = (CASE, "workaround", WRAPPED)
+POLICY_REPORT_ONLY = (WRAPPED,)
 
 # Profiler labels that exist only when compiled code runs: Dynamo's frame, AOTAutograd's
 # autograd.Function, Inductor's graph call (emitted only while profiling).
@@ -74,6 +78,29 @@ def classify_call(names):
     return "unknown"
 
 
+# What the verdict makes of each name, for the pictures (--plot): the same tests, in this order.
+CLASSES = ("compiled", "eager", "matmul", "other")
+
+
+def class_of(name):
+    """compiled code (a compiled region, an Inductor kernel), f's eager ops, a matmul, or other."""
+    if ran_compiled_code(name):
+        return "compiled"
+    if is_eager_pointwise(name):
+        return "eager"
+    if classify_kernel(name) == "cublas" or name in CPU_MATMUL_OPS:
+        return "matmul"
+    return "other"
+
+
+def class_counts(names):
+    """{class: how many} of one call's Counter of names: what a picture of that call must draw."""
+    out = collections.Counter()
+    for name, n in (names or {}).items():
+        out[class_of(name)] += n
+    return {c: out[c] for c in CLASSES if out[c]}
+
+
 def refused_to_run_eagerly(e):
     """From 2.12 on, a fullgraph=True function that Dynamo skips raises instead of running eagerly:
     the same skip, made loud. Any other exception is the torch under test failing."""
@@ -109,7 +136,7 @@ def summarize(calls, shows=None):
     for c in calls:
         total.update(c or {})
     kernels = sorted(n for n in total if is_kernel(n))
-    return {"shows": shows, "calls": kinds,
+    return {"shows": shows, "calls": kinds, "call_classes": [class_counts(c) for c in calls],
             "compiled_calls": kinds.count("compiled"), "eager_calls": kinds.count("eager"),
             "eager_pointwise": {n: total[n] for n in sorted(total) if is_eager_pointwise(n)},
             "kernels": kernels, "kernels_by_class": by_class(kernels)}
@@ -119,6 +146,8 @@ def from_child(entry):
     """A scenario as the child measured it (measure.py) -> its summary."""
     calls = [None if "refused" in c else collections.Counter(dict(c["names"])) for c in entry.get("calls", [])]
     s = summarize(calls, entry.get("shows"))
+    if any("timeline" in c for c in entry.get("calls", [])):  # recorded for --plot only
+        s["timelines"] = [c.get("timeline") for c in entry["calls"]]
     for key in ("forward_us", "error", "backward_matmuls", "backward_error"):
         if key in entry:
             s[key] = entry[key]
@@ -183,9 +212,10 @@ def judge_policy(scenarios, device):
                                 "%s %s" % (k, counts.get(k, "-")) for k in POLICY_SAVES + POLICY_RECOMPUTES))
         return policy
     policy["trusted"], policy["baseline"] = True, saves.pop()
-    for name in (CASE, "workaround"):
+    for name in POLICY_SUBJECTS:
         n = counts.get(name)
-        policy["%s_matmul_recomputed_in_backward" % name] = None if n is None else n > policy["baseline"]
+        if name in scenarios or name not in POLICY_REPORT_ONLY:
+            policy["%s_matmul_recomputed_in_backward" % name] = None if n is None else n > policy["baseline"]
     return policy
 
 

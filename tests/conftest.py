@@ -1,7 +1,10 @@
 """Shared helpers: run the repro script as a user would, and cached torch environments.
 The fast tier runs by default; `pytest --release` runs the release tier (real PyPI releases)."""
+import contextlib
+import io
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -21,6 +24,21 @@ def run(python, *args, env=None, timeout=900):
     proc = subprocess.run([python, SCRIPT] + list(args), capture_output=True, text=True,
                           env=full_env, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def judge(*args):
+    """The main script's command line in this process (fast, and visible to a mutation tool):
+    (exit code, stdout, stderr). For what needs no torch: reading captures, usage errors."""
+    from sac_repro import cli
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(SCRIPT, [str(a) for a in args])
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    return rc, out.getvalue(), err.getvalue()
 
 
 def run_json(python, tmp_path, *args, **kw):

@@ -1,5 +1,7 @@
 """bench_sac_compile.py's smoke mode: every arrangement runs and matches eager, on one device and
 sharded with FSDP2 over two gloo processes."""
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -24,9 +26,25 @@ def check(proc):
     assert int(rows["sac(compile(block)) [reported]"][-1]) > int(rows["compile(sac(block)) [workaround]"][-1])
 
 
-def test_bench_smoke_runs_every_arrangement():
-    check(subprocess.run([sys.executable, BENCH, "--device", "cpu", "--small"],
-                         capture_output=True, text=True, timeout=900, cwd=ROOT))
+def test_bench_smoke_runs_every_arrangement(tmp_path):
+    """Also its --json (the policy report's cost) and its --plot, drawn from that same table."""
+    args = ["--json", str(tmp_path / "bench.json")]
+    has_matplotlib = importlib.util.find_spec("matplotlib") is not None
+    if has_matplotlib:
+        args += ["--plot", str(tmp_path / "bench.png")]
+    proc = subprocess.run([sys.executable, BENCH, "--device", "cpu", "--small"] + args,
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    check(proc)
+    table = json.loads((tmp_path / "bench.json").read_text())
+    assert list(table["rows"]) == list(ARRANGEMENTS) and table["baseline"] == "compile(sac(block)) [workaround]"
+    printed = {l[:55].strip(): l.split() for l in proc.stdout.splitlines() if l[:55].strip() in ARRANGEMENTS}
+    for name, row in table["rows"].items():
+        assert "%.3f" % row["median"] == printed[name][-6]
+        assert printed[name][-1] == ("-" if row["bwd_mm"] is None else str(row["bwd_mm"]))
+    if has_matplotlib:
+        from sac_repro import plot
+        assert (tmp_path / "bench.png").read_bytes().startswith(b"\x89PNG")
+        assert plot.bench_series(table) == [(n, r["median"], r["mem"], r["bwd_mm"]) for n, r in table["rows"].items()]
 
 
 def test_fsdp_smoke_runs_every_arrangement_on_two_processes():

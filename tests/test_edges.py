@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import data, ROOT, run, SCRIPT
+from conftest import data, judge, run, SCRIPT
 
 FIXED_SQLITE = data("h200-torch2.11", "full_capture.sqlite")
 REVERTED_SQLITE = data("h200-torch2.11-fix-reverted", "capture.sqlite")
@@ -34,7 +34,7 @@ def one_line_error(rc, stdout, stderr, *words):
 @pytest.mark.parametrize("option", ["--from-nsys", "--from-ncu", "--json"])
 def test_an_empty_path_is_a_usage_error(option):
     """`--from-nsys "$UNSET"` once measured the local torch instead of reading a capture."""
-    rc, stdout, stderr = run(sys.executable, option, "", timeout=120)
+    rc, stdout, stderr = judge(option, "")
     one_line_error(rc, stdout, stderr, "usage error", option, "empty")
 
 
@@ -47,7 +47,7 @@ def test_sqlite_file_names_are_read_as_names(tmp_path, name):
     shutil.copy(REVERTED_SQLITE, tmp_path / "capA.sqlite")
     shutil.copy(REVERTED_SQLITE, tmp_path / "run")
     before = set(os.listdir(tmp_path))
-    rc, stdout, stderr = run(sys.executable, "--from-nsys", str(tmp_path / name))
+    rc, stdout, stderr = judge("--from-nsys", str(tmp_path / name))
     assert rc == 0, (stdout, stderr)
     assert set(os.listdir(tmp_path)) == before
 
@@ -65,7 +65,7 @@ def test_a_range_that_only_contains_a_loops_name_is_not_a_call(tmp_path):
              for l in csv_rows(REVERTED_CSV) if l.startswith("f_compiled_with_context 3,")]
     path = tmp_path / "k.csv"
     path.write_text("\n".join(lines + eager) + "\n")
-    rc, stdout, stderr = run(sys.executable, "--from-nsys", str(path))
+    rc, stdout, stderr = judge("--from-nsys", str(path))
     assert rc == 0, stdout + stderr
     assert "1 other NVTX range was ignored" in stdout
 
@@ -75,7 +75,7 @@ def test_a_missing_range_is_not_hidden_by_a_stray_one(tmp_path):
              for l in csv_rows(FIXED_CSV)]
     path = tmp_path / "k.csv"
     path.write_text("\n".join(lines) + "\n")
-    rc, stdout, _ = run(sys.executable, "--from-nsys", str(path))
+    rc, stdout, _ = judge("--from-nsys", str(path))
     assert rc == 125, stdout
     assert "f_compiled_with_context: missing 49" in stdout and "stray 50" in stdout
 
@@ -86,7 +86,7 @@ def test_a_doubled_range_is_incomplete_evidence(tmp_path):
                for l in lines]
     path = tmp_path / "k.csv"
     path.write_text("\n".join(doubled) + "\n")
-    rc, stdout, _ = run(sys.executable, "--from-nsys", str(path))
+    rc, stdout, _ = judge("--from-nsys", str(path))
     assert rc == 125, stdout
     assert "doubled 7" in stdout
 
@@ -154,43 +154,43 @@ def test_a_failing_import_of_the_bundle_in_the_child_aborts(tmp_path):
     (["--from-ncu", data("nsys-2023.4.4-profile-help.txt")], ["NVTX State"]),
 ])
 def test_bad_input_is_refused(args, words):
-    rc, stdout, stderr = run(sys.executable, *args, timeout=120)
+    rc, stdout, stderr = judge(*args)
     one_line_error(rc, stdout, stderr, *words)
 
 
 # -------------------------------------------------------------------------- misworded errors
 def test_json_into_a_folder_says_so(tmp_path):
-    rc, stdout, stderr = run(sys.executable, "--from-nsys", FIXED_CSV, "--json", str(tmp_path))
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--json", str(tmp_path))
     line = one_line_error(rc, stdout, stderr, "--json", "is a folder")
     assert "bug" not in line
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_json_onto_a_full_disk_says_so():
-    rc, stdout, stderr = run(sys.executable, "--from-nsys", FIXED_CSV, "--json", "/dev/full")
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--json", "/dev/full")
     line = one_line_error(rc, stdout, stderr, "cannot write --json /dev/full")
     assert "bug" not in line
 
 
 def test_a_folder_or_a_fifo_is_named_as_such(tmp_path):
-    rc, stdout, stderr = run(sys.executable, "--from-nsys", str(tmp_path))
+    rc, stdout, stderr = judge("--from-nsys", str(tmp_path))
     one_line_error(rc, stdout, stderr, "is a folder")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    rc, stdout, stderr = run(sys.executable, "--from-ncu", str(fifo), timeout=60)
+    rc, stdout, stderr = judge("--from-ncu", str(fifo))
     one_line_error(rc, stdout, stderr, "not a regular file")
 
 
 def test_a_csv_with_a_byte_order_mark_is_read(tmp_path):
     path = tmp_path / "bom.csv"
     path.write_bytes(b"\xef\xbb\xbf" + open(REVERTED_CSV, "rb").read())
-    rc, stdout, _ = run(sys.executable, "--from-nsys", str(path))
+    rc, stdout, _ = judge("--from-nsys", str(path))
     assert rc == 1, stdout
 
 
 # ------------------------------------------------------------------------------------ --json
 def test_json_has_a_schema_version_and_dash_is_stdout():
-    rc, stdout, stderr = run(sys.executable, "--from-nsys", REVERTED_CSV, "--json", "-")
+    rc, stdout, stderr = judge("--from-nsys", REVERTED_CSV, "--json", "-")
     assert rc == 1, stderr
     report = json.loads(stdout)
     assert report["schema"] == 2 and report["verdict"] == "reproduced"
@@ -200,7 +200,7 @@ def test_json_onto_the_capture_being_judged_is_refused(tmp_path):
     path = tmp_path / "k.csv"
     shutil.copy(FIXED_CSV, path)
     before = path.read_bytes()
-    rc, stdout, stderr = run(sys.executable, "--from-nsys", str(path), "--json", str(path))
+    rc, stdout, stderr = judge("--from-nsys", str(path), "--json", str(path))
     one_line_error(rc, stdout, stderr, "--json", "capture")
     assert path.read_bytes() == before
 
@@ -211,6 +211,6 @@ def test_the_sqlite_reader_opens_read_only(tmp_path):
     shutil.copy(FIXED_SQLITE, path)
     os.chmod(path, 0o444)
     before = path.read_bytes()
-    assert run(sys.executable, "--from-nsys", str(path))[0] == 0
+    assert judge("--from-nsys", str(path))[0] == 0
     assert path.read_bytes() == before
     sqlite3.connect(str(path)).close()

@@ -4,11 +4,10 @@ evidence, malformed files, stale nsys reports and the options that must reach th
 Synthetic captures use the kernel names that nsys printed on an H200 (torch 2.11); their ranges
 vary in order, instance counts and extra kernels, so that no test rests on 50 identical rows."""
 import random
-import sys
 
 import pytest
 
-from conftest import data, run
+from conftest import data, judge
 
 TRITON = ["triton_poi_fused_add_mul_0", "triton_poi_fused_add_mul_1"]
 GEMM = ("void gemmSN_NN_kernel<float, (int)128, (int)2, (int)4, (int)8, (int)5, (int)4, (bool)0, "
@@ -57,10 +56,10 @@ def capture_csv(without, with_, seed=0):
     return "\n".join(rows) + "\n"
 
 
-def judge(tmp_path, text, *extra, name="nvtx_kern_sum.csv"):
+def judge_csv(tmp_path, text, *extra, name="nvtx_kern_sum.csv"):
     path = tmp_path / name
     path.write_text(text)
-    return run(sys.executable, "--from-nsys", str(path), *extra)
+    return judge("--from-nsys", str(path), *extra)
 
 
 def mixed(n_eager, seed):
@@ -72,7 +71,7 @@ def mixed(n_eager, seed):
 # ------------------------------------------------------------------- defect 1: any compiled call
 @pytest.mark.parametrize("n_eager", [25, 1, 49])
 def test_some_eager_calls_under_sac_reproduce(tmp_path, n_eager):
-    rc, stdout, _ = judge(tmp_path, capture_csv(COMPILED, mixed(n_eager, n_eager)))
+    rc, stdout, _ = judge_csv(tmp_path, capture_csv(COMPILED, mixed(n_eager, n_eager)))
     assert rc == 1, stdout
     assert "VERDICT: reproduced (exit 1)" in stdout
     assert "%d of 50 calls under SAC ran eagerly" % n_eager in stdout
@@ -80,19 +79,19 @@ def test_some_eager_calls_under_sac_reproduce(tmp_path, n_eager):
 
 def test_a_weak_control_cannot_test(tmp_path):
     """The control compiled in 1 of its 50 ranges: it does not show that f compiles here."""
-    rc, stdout, _ = judge(tmp_path, capture_csv(mixed(49, 7), COMPILED))
+    rc, stdout, _ = judge_csv(tmp_path, capture_csv(mixed(49, 7), COMPILED))
     assert rc == 125, stdout
     assert "VERDICT: cannot_test (exit 125)" in stdout
     assert "1 of 50" in stdout
 
 
 def test_every_call_compiled_is_not_reproduced(tmp_path):
-    rc, stdout, _ = judge(tmp_path, capture_csv(COMPILED, COMPILED, seed=3))
+    rc, stdout, _ = judge_csv(tmp_path, capture_csv(COMPILED, COMPILED, seed=3))
     assert rc == 0 and "VERDICT: not_reproduced (exit 0)" in stdout, stdout
 
 
 def test_every_call_eager_is_reproduced(tmp_path):
-    rc, stdout, _ = judge(tmp_path, capture_csv(COMPILED, EAGER, seed=4))
+    rc, stdout, _ = judge_csv(tmp_path, capture_csv(COMPILED, EAGER, seed=4))
     assert rc == 1 and "50 of 50 calls under SAC ran eagerly" in stdout, stdout
 
 
@@ -100,13 +99,13 @@ def test_every_call_eager_is_reproduced(tmp_path):
 def test_ranges_that_show_neither_kind_of_kernel_cannot_test(tmp_path):
     """Under SAC only the matmul's cuBLAS kernel ran: neither compiled nor eager pointwise code
     can be seen, so nothing is known about f's code; never read as reproduced."""
-    rc, stdout, _ = judge(tmp_path, capture_csv(COMPILED, GEMM_ONLY, seed=5))
+    rc, stdout, _ = judge_csv(tmp_path, capture_csv(COMPILED, GEMM_ONLY, seed=5))
     assert rc == 125, stdout
 
 
 def test_ranges_that_show_both_kinds_cannot_test(tmp_path):
     """Inductor kernels and f's eager kernels in the same range: which ran f is not known."""
-    rc, stdout, _ = judge(tmp_path, capture_csv(COMPILED, BOTH, seed=6))
+    rc, stdout, _ = judge_csv(tmp_path, capture_csv(COMPILED, BOTH, seed=6))
     assert rc == 125, stdout
     assert "50 of 50 calls under SAC showed neither compiled code nor f's eager ops" in stdout
 
@@ -121,7 +120,7 @@ def truncated_sqlite(tmp_path):
 
 
 def test_a_truncated_sqlite_export_is_a_usage_error(truncated_sqlite):
-    rc, stdout, stderr = run(sys.executable, "--from-nsys", str(truncated_sqlite))
+    rc, stdout, stderr = judge("--from-nsys", str(truncated_sqlite))
     assert rc == 128 and stdout == "", (rc, stdout, stderr)
     assert len(stderr.strip().splitlines()) == 1, stderr
     assert stderr.startswith("usage error: ") and str(truncated_sqlite) in stderr
@@ -134,7 +133,7 @@ def test_a_truncated_sqlite_export_is_a_usage_error(truncated_sqlite):
     HEADER + "\nf_compiled_with_context 0,PushPop\n",               # a short row
 ], ids=["empty", "missing-column", "non-numeric", "short-row"])
 def test_a_malformed_csv_is_a_usage_error(tmp_path, text):
-    rc, stdout, stderr = judge(tmp_path, text, name="bad.csv")
+    rc, stdout, stderr = judge_csv(tmp_path, text, name="bad.csv")
     assert rc == 128 and stdout == "", (rc, stdout, stderr)
     assert len(stderr.strip().splitlines()) == 1, stderr
     assert stderr.startswith("usage error: ") and "bad.csv" in stderr
@@ -143,6 +142,6 @@ def test_a_malformed_csv_is_a_usage_error(tmp_path, text):
 def test_a_malformed_ncu_file_is_a_usage_error(tmp_path):
     path = tmp_path / "bad_ncu.txt"
     path.write_text("==PROF== Connected to process 1\nsomething else entirely\n")
-    rc, stdout, stderr = run(sys.executable, "--from-ncu", str(path))
+    rc, stdout, stderr = judge("--from-ncu", str(path))
     assert rc == 128 and stdout == "", (rc, stdout, stderr)
     assert len(stderr.strip().splitlines()) == 1 and "bad_ncu.txt" in stderr, stderr

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, data, run
+from conftest import ROOT, data, judge, run
 
 WRAPPER = os.path.join(ROOT, "run_nsys.sh")
 
@@ -52,7 +52,7 @@ AFFECTED_CSV = kern_sum_csv(EAGER + [GEMM])
 def test_analyser_judges_per_range_kernels(tmp_path, csv_text, rc, verdict):
     path = tmp_path / "nvtx_kern_sum.csv"
     path.write_text(csv_text)
-    got, stdout, _ = run(sys.executable, "--from-nsys", str(path))
+    got, stdout, _ = judge("--from-nsys", str(path))
     assert got == rc, stdout
     assert "VERDICT: %s" % verdict in stdout
     assert "f_compiled_with_context <0..49>: 50 ranges with kernels" in stdout
@@ -61,7 +61,7 @@ def test_analyser_judges_per_range_kernels(tmp_path, csv_text, rc, verdict):
 def test_affected_capture_lists_the_eager_kernels(tmp_path):
     path = tmp_path / "affected.csv"
     path.write_text(AFFECTED_CSV)
-    _, stdout, _ = run(sys.executable, "--from-nsys", str(path))
+    _, stdout, _ = judge("--from-nsys", str(path))
     block = stdout.split("f_compiled_with_context <0..49>")[1]
     assert "0 ran compiled code, 50 ran eagerly" in block
     assert "100 x eager_aten" in block and "MulFunctor" in block and "CUDAFunctorOnSelf_add" in block
@@ -71,13 +71,13 @@ def test_affected_capture_lists_the_eager_kernels(tmp_path):
 @pytest.mark.parametrize("name", ["stats_nvtx_kern_sum.csv", "capture.sqlite"])
 def test_real_partial_nsys_capture_cannot_be_judged(name):
     """nsys 2023.4.4 stopped after the first without_context kernels on CUDA 13."""
-    rc, stdout, _ = run(sys.executable, "--from-nsys", data("h200-torch2.11", name))
+    rc, stdout, _ = judge("--from-nsys", data("h200-torch2.11", name))
     assert rc == 125, stdout
     assert "f_compiled_without_context: missing 1-49 | f_compiled_with_context: missing 0-49" in stdout
 
 
 def test_real_ncu_summary_of_the_fixed_torch():
-    rc, stdout, _ = run(sys.executable, "--from-ncu", data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"))
+    rc, stdout, _ = judge("--from-ncu", data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"))
     assert rc == 0, stdout
     assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 50 ran compiled code, 0 ran eagerly" in stdout
 
@@ -85,7 +85,7 @@ def test_real_ncu_summary_of_the_fixed_torch():
 def test_real_ncu_summary_with_default_sections(tmp_path):
     path = tmp_path / "seed.txt"
     path.write_bytes(lzma.open(data("h200-torch2.11", "seed_script_ncu_per_nvtx.txt.xz")).read())
-    rc, stdout, _ = run(sys.executable, "--from-ncu", str(path))
+    rc, stdout, _ = judge("--from-ncu", str(path))
     assert rc == 0, stdout
     assert "50 x inductor     triton_poi_fused_add_mul_0" in stdout
 
@@ -314,7 +314,7 @@ def test_nsys_rep_without_nsys_is_a_usage_error(tmp_path):
 @pytest.mark.parametrize("name", ["full_capture.sqlite", "full_nvtx_kern_sum.csv"])
 def test_real_full_nsys_capture_of_the_fixed_torch(name):
     """run_nsys.sh's capture with nsys 2023.4.4 on the H200: all 100 ranges, Triton in both loops."""
-    rc, stdout, _ = run(sys.executable, "--from-nsys", data("h200-torch2.11", name))
+    rc, stdout, _ = judge("--from-nsys", data("h200-torch2.11", name))
     assert rc == 0, stdout
     for loop in ("f_compiled_without_context", "f_compiled_with_context"):
         assert "%s <0..49>: 50 ranges with kernels, 50 ran compiled code, 0 ran eagerly" % loop in stdout
@@ -323,7 +323,7 @@ def test_real_full_nsys_capture_of_the_fixed_torch(name):
 def test_real_ncu_summary_with_the_fix_reverted():
     """H200, torch 2.11 with SAC's ignore_compile_internals reverted in-process: the eager kernels
     an affected torch launches under SAC."""
-    rc, stdout, _ = run(sys.executable, "--from-ncu",
+    rc, stdout, _ = judge("--from-ncu",
                         data("h200-torch2.11-fix-reverted", "ncu_per_nvtx_run_nsys.txt"))
     assert rc == 1, stdout
     assert "f_compiled_without_context <0..49>: 50 ranges with kernels, 50 ran compiled code, 0 ran eagerly" in stdout
@@ -337,7 +337,7 @@ def test_real_ncu_summary_with_the_fix_reverted():
 def test_real_nsys_capture_with_the_fix_reverted(name):
     """run_nsys.sh with nsys 2023.4.4 on the H200, torch 2.11 with SAC's ignore_compile_internals
     reverted in-process: every range under SAC ran MulFunctor/CUDAFunctorOnSelf_add kernels."""
-    rc, stdout, _ = run(sys.executable, "--from-nsys", data("h200-torch2.11-fix-reverted", name))
+    rc, stdout, _ = judge("--from-nsys", data("h200-torch2.11-fix-reverted", name))
     assert rc == 1, stdout
     assert "f_compiled_with_context <0..49>: 50 ranges with kernels, 0 ran compiled code, 50 ran eagerly" in stdout
     assert "VERDICT: reproduced (exit 1): 50 of 50 calls under SAC ran eagerly" in stdout

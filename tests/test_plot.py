@@ -1,0 +1,179 @@
+"""--plot: a picture of what the verdict was judged from. Each evidence path writes a valid image;
+what each picture draws equals what the verdict used, recounted here independently from the raw
+evidence; without matplotlib, --plot is a usage error before any work; without --plot nothing
+imports matplotlib."""
+import collections
+import copy
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import data, judge, ROOT, SCRIPT
+from sac_repro import plot, verdict
+
+pytest.importorskip("matplotlib")
+
+CHILDREN = {"2.13 fixed": data("cpu-torch2.13", "child_fixed.json"),
+            "2.13 fix reverted": data("cpu-torch2.13", "child_fix_reverted.json"),
+            "2.9.1": data("cpu-torch2.9.1", "child.json")}
+CAPTURES = [("--from-nsys", data("h200-torch2.11", "full_capture.sqlite")),
+            ("--from-nsys", data("h200-torch2.11-fix-reverted", "capture.sqlite")),
+            ("--from-nsys", data("h200-torch2.11", "full_nvtx_kern_sum.csv")),
+            ("--from-nsys", data("h200-torch2.11-fix-reverted", "nvtx_kern_sum.csv")),
+            ("--from-ncu", data("h200-torch2.11-fix-reverted", "ncu_per_nvtx_run_nsys.txt"))]
+
+
+def independent_class(name):
+    """The classes, written again from the README's words, not from the verdict's code."""
+    if name.startswith(("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph")) or \
+            re.match(r"triton_|(graph_\d+_)?cpp_fused", name):
+        return "compiled"
+    if name in ("aten::mul", "aten::add") or re.search(r"MulFunctor|CUDAFunctorOnSelf_add", name):
+        return "eager"
+    if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm") or re.search(r"gemm|gemv|xmma|nvjet|cutlass", name, re.I):
+        return "matmul"
+    return "other"
+
+
+def recount(names):
+    out = collections.Counter()
+    for name, n in names:
+        out[independent_class(name)] += n
+    return dict(out)
+
+
+def is_image(path):
+    head = open(path, "rb").read(512)
+    return head.startswith(b"\x89PNG\r\n\x1a\n") or b"<svg" in head
+
+
+# ------------------------------------------------------------------------ torch.profiler path
+@pytest.mark.parametrize("name", sorted(CHILDREN))
+def test_the_profiler_picture_draws_each_call_as_judged(tmp_path, name):
+    raw = json.load(open(CHILDREN[name]))
+    report = verdict.report_from_child(copy.deepcopy(raw), "regression", False)
+    series = plot.draw_report(report, str(tmp_path / "p.png"))
+    assert is_image(tmp_path / "p.png") and os.path.getsize(tmp_path / "p.png") < 200_000
+    assert list(series) == list(raw["scenarios"])
+    for scenario, calls in series.items():
+        measured = raw["scenarios"][scenario]["calls"]
+        assert [kind for kind, _, _ in calls] == report["scenarios"][scenario]["calls"]
+        for (kind, drawn, segments), call in zip(calls, measured):
+            assert drawn == recount(call["names"]), (scenario, drawn, call["names"])
+            assert sum(drawn.values()) == len(segments)
+
+
+def test_the_profiler_picture_of_a_refused_call_draws_nothing_for_it(tmp_path):
+    report = verdict.report_from_child(json.load(open(CHILDREN["2.13 fix reverted"])), "regression", False)
+    series = plot.draw_report(report, str(tmp_path / "p.svg"))
+    assert is_image(tmp_path / "p.svg")
+    assert [(kind, drawn) for kind, drawn, _ in series["with_context"]] == [("eager", {})] * 3
+
+
+def test_the_policy_panel_draws_the_judged_counts():
+    report = verdict.report_from_child(json.load(open(CHILDREN["2.13 fixed"])), "regression", False)
+    counts, baseline = plot.policy_series(report)
+    raw = json.load(open(CHILDREN["2.13 fixed"]))["scenarios"]
+    assert counts == {k: v["backward_matmuls"] for k, v in raw.items() if v.get("backward_matmuls") is not None}
+    assert baseline == 2
+
+
+# ------------------------------------------------------------------------------ capture paths
+def csv_recount(path):
+    """{scenario: {index: {class: instances}}} straight from an nvtx_kern_sum CSV."""
+    out = {s: collections.defaultdict(collections.Counter) for s in verdict.LOOPS.values()}
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            loop, index = row["NVTX Range"].rsplit(" ", 1)
+            out[verdict.LOOPS[loop]][int(index)][independent_class(row["Kernel Name"])] += int(row["Kern Inst"])
+    return out
+
+
+@pytest.mark.parametrize("option, path", CAPTURES, ids=[os.path.basename(os.path.dirname(p)) + "/" + os.path.basename(p) for _, p in CAPTURES])
+def test_each_capture_path_draws_a_picture(tmp_path, option, path):
+    for ext in (".png", ".svg"):
+        out = tmp_path / ("p" + ext)
+        rc, stdout, stderr = judge(option, path, "--plot", out)
+        assert rc in (0, 1), stderr
+        assert is_image(out) and os.path.getsize(out) < 200_000
+
+
+@pytest.mark.parametrize("name", [("h200-torch2.11", "full_nvtx_kern_sum.csv"),
+                                  ("h200-torch2.11-fix-reverted", "nvtx_kern_sum.csv")])
+def test_the_counts_picture_stacks_what_each_range_ran(tmp_path, name):
+    report = verdict.report_from_loops(__import__("sac_repro.captures").captures.load_ranges(data(*name), "nsys"),
+                                       "nsys x", "regression", False)
+    series = plot.draw_report(report, str(tmp_path / "p.png"))
+    expected = csv_recount(data(*name))
+    for scenario, ranges in series.items():
+        assert [i for i, _, _ in ranges] == list(range(50))
+        for index, kind, drawn in ranges:
+            assert drawn == dict(expected[scenario][index]), (scenario, index)
+
+
+@pytest.mark.parametrize("capture, csv_twin", [
+    (("h200-torch2.11", "full_capture.sqlite"), ("h200-torch2.11", "full_nvtx_kern_sum.csv")),
+    (("h200-torch2.11-fix-reverted", "capture.sqlite"), ("h200-torch2.11-fix-reverted", "nvtx_kern_sum.csv"))])
+def test_the_timeline_draws_each_ranges_kernels(tmp_path, capture, csv_twin):
+    """The SQLite export's kernels per range, on the GPU time axis, are the kernels that nsys's
+    own nvtx_kern_sum of the same report counts."""
+    from sac_repro import captures
+    timeline = captures.timeline_from_sqlite(data(*capture), verdict.LOOP_RANGE, verdict.LOOPS)
+    report = verdict.report_from_loops(captures.load_ranges(data(*capture), "nsys"), "nsys x", "regression", False)
+    series = plot.draw_report(report, str(tmp_path / "p.png"), timeline)
+    expected = csv_recount(data(*csv_twin))
+    for scenario, ranges in series.items():
+        assert sorted(i for i, _, _, _ in ranges) == list(range(50))
+        for index, start, end, kernels in ranges:
+            assert start < end
+            assert dict(collections.Counter(c for c, _, _ in kernels)) == dict(expected[scenario][index])
+
+
+# ---------------------------------------------------------------------------- the bench and cli
+def test_markdown_names_the_picture_to_attach(tmp_path):
+    rc, stdout, _ = judge("--from-nsys", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "--plot",
+                          tmp_path / "evidence.png", "--markdown")
+    assert rc == 0 and "attach `evidence.png`" in stdout
+
+
+@pytest.mark.parametrize("args, says", [(["--plot", "x.jpg"], ".png or .svg"),
+                                        (["--plot", "/missing/dir/x.png"], "does not exist")])
+def test_bad_plot_paths_are_usage_errors(args, says):
+    rc, stdout, stderr = judge("--from-nsys", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), *args)
+    assert rc == 128 and says in stderr and stdout == ""
+
+
+def without_matplotlib(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['matplotlib'] = None\n")
+    return dict(os.environ, PYTHONPATH=str(tmp_path))
+
+
+def test_plot_without_matplotlib_is_a_usage_error_before_any_work(tmp_path):
+    proc = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--plot", str(tmp_path / "p.png")],
+                          capture_output=True, text=True, env=without_matplotlib(tmp_path), timeout=60)
+    assert proc.returncode == 128, proc.stderr
+    assert proc.stderr.strip() == "usage error: --plot needs matplotlib, which this Python lacks: pip install matplotlib"
+    assert proc.stdout == "" and not (tmp_path / "p.png").exists()
+
+
+def test_no_picture_asked_no_matplotlib_needed(tmp_path):
+    proc = subprocess.run([sys.executable, SCRIPT, "--from-nsys", data("h200-torch2.11-fix-reverted", "capture.sqlite")],
+                          capture_output=True, text=True, env=without_matplotlib(tmp_path), timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    code = "import sys; sys.path.insert(0, %r); from sac_repro import cli, plot; print('matplotlib' in sys.modules)" % ROOT
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_the_bench_picture_draws_its_table(tmp_path):
+    table = {"torch": "2.11.0", "device": "NVIDIA H200", "world": 1, "fsdp": False, "layers": 4, "hidden": 4096,
+             "tokens": 16384, "dtype": "bfloat16", "small": False, "baseline": "compile(sac(block)) [workaround]",
+             "rows": {"sac(compile(block)) [reported]": {"median": 113.2, "mem": 1.75, "bwd_mm": 24},
+                      "compile(sac(block)) [workaround]": {"median": 85.7, "mem": 3.63, "bwd_mm": 16}}}
+    series = plot.draw_bench(table, str(tmp_path / "b.png"))
+    assert is_image(tmp_path / "b.png")
+    assert series == [("sac(compile(block)) [reported]", 113.2, 1.75, 24), ("compile(sac(block)) [workaround]", 85.7, 3.63, 16)]

@@ -1,0 +1,105 @@
+"""--policy-report: the open half of the bug (the policy under sac(compile(f))) as a paste-ready
+report of its own, built from the run's evidence; its code block runs on its own and shows what
+the report says."""
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import data, judge, run
+from sac_repro import render, verdict
+
+FIXED = json.load(open(data("cpu-torch2.13", "child_fixed.json")))
+REVERTED = json.load(open(data("cpu-torch2.13", "child_fix_reverted.json")))
+AFFECTED = json.load(open(data("cpu-torch2.9.1", "child.json")))
+BENCH = {"schema": 1, "torch": "2.11.0+cu130", "device": "NVIDIA H200", "world": 1, "fsdp": False, "layers": 4,
+         "hidden": 4096, "tokens": 16384, "dtype": "bfloat16", "baseline": "compile(sac(block)) [workaround]",
+         "rows": {"compiled, no checkpoint": {"median": 83.9, "mem": 6.13, "bwd_mm": 16},
+                  "sac(compile(block)) [reported]": {"median": 113.2, "mem": 1.75, "bwd_mm": 24},
+                  "compile(sac(block)) [workaround]": {"median": 85.7, "mem": 3.63, "bwd_mm": 16},
+                  "sac(compile(block, wrap_inductor_compiled_regions))": {"median": 84.5, "mem": 6.25, "bwd_mm": 16}}}
+
+
+def markdown(raw, bench=None):
+    report = verdict.report_from_child(copy.deepcopy(raw), "regression", False)
+    return render.render_policy_markdown(report, "python x.py --policy-report", "collect_env output", bench)
+
+
+def code_block(text):
+    return re.search(r"```python\n(.*?)```", text, re.S).group(1)
+
+
+def table_row(text, starts):
+    return next(l for l in text.splitlines() if l.startswith("| " + starts))
+
+
+def test_the_policy_report_says_what_the_policy_saw_and_what_backward_ran():
+    md = markdown(FIXED)
+    lines = md.splitlines()
+    assert lines[0].startswith("### ") and "follow-up to pytorch/pytorch#161889" in lines[0]
+    assert lines[2].startswith("torch 2.13.0+cpu (git cf30153c4c13) on cpu. Command: `python x.py --policy-report`")
+    actual = next(l for l in lines if l.startswith("- **Actual:**"))
+    assert "the policy was asked about `aten.mm.out` only, never `aten.mm.default`" in actual
+    assert "backward computed 3 matmuls, against 2 where the forward matmul is saved" in actual
+    assert table_row(md, "`sac(compile(f))`, the report's") .endswith("| `aten.mm.out -> PREFER_RECOMPUTE` | 3 | **recomputed** |")
+    assert table_row(md, "`compile(sac(f))`").endswith("| 2 | saved |")
+    assert "`aten.mm.default -> MUST_SAVE`" in table_row(md, "`compile(sac(f))`")
+    wrapped = table_row(md, "`sac(compile(f))` with `wrap_inductor_compiled_regions=True`")
+    assert "`inductor_compiled_code -> PREFER_RECOMPUTE`" in wrapped and wrapped.endswith("| 3 | **recomputed** |")
+    assert "the policy is asked about `inductor_compiled_code`: the compiled region as one op" in md
+    assert code_block(md) == render.policy_snippet()
+    assert "collect_env output" in md and "What it costs" not in md
+
+
+def test_the_bench_adds_the_cost_and_what_saving_the_region_whole_takes():
+    md = markdown(FIXED, BENCH)
+    assert "**What it costs** (`bench_sac_compile.py`, NVIDIA H200, torch 2.11.0+cu130, 4 blocks of hidden 4096" in md
+    assert table_row(md, "sac(compile(block)) [reported]") == "| sac(compile(block)) [reported] | 113.2 | 1.32 | 1.75 | 24 |"
+    assert "takes 6.25 GiB at its peak, as much as no checkpoint at all (6.13 GiB), against 3.63 GiB" in md
+
+
+@pytest.mark.parametrize("raw", [AFFECTED, REVERTED], ids=["2.9.1", "2.13-fix-reverted"])
+def test_where_f_never_compiles_under_sac_the_report_says_it_cannot_be_shown(raw):
+    md = markdown(raw)
+    assert "This part cannot be shown on this torch: the compiled f ran eagerly under SAC in 3 of 3 calls" in md
+    assert "```python" not in md and "**Actual:**" not in md
+
+
+def test_the_reports_code_runs_on_its_own_and_shows_what_it_says(tmp_path):
+    path = tmp_path / "policy.py"
+    path.write_text(code_block(markdown(FIXED)))
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["sac(compile(f))", "matmuls", "in", "backward:", "3;", "the", "policy", "was",
+                                "asked", "about:", "aten.mm.out"]
+    assert lines[1].startswith("compile(sac(f))            matmuls in backward: 2; the policy was asked about: ")
+    assert "aten.mm.default" in lines[1]
+    assert lines[2].startswith("compile(f), no checkpoint  matmuls in backward: 2")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--policy-report", "--from-nsys", data("h200-torch2.11", "full_nvtx_kern_sum.csv")], "needs a backward"),
+    (["--bench-json", data("cpu-torch2.13", "child_fixed.json")], "goes with --policy-report"),
+    (["--policy-report", "--bench-json", data("cpu-torch2.13", "child_fixed.json")], "expected the JSON that"),
+    (["--policy-report", "--json", "-"], "both want stdout"),
+])
+def test_policy_report_usage_errors(args, says):
+    rc, stdout, stderr = judge(*args)
+    assert rc == 128 and says in stderr and stdout == "", stderr
+
+
+def test_the_policy_report_of_a_real_run(tmp_path):
+    """The whole path: the child runs the extra scenario, the parent renders the report."""
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(BENCH))
+    rc, stdout, stderr = run(sys.executable, "--device", "cpu", "--policy-report", "--bench-json", str(bench))
+    assert rc == 0, stderr[-2000:]
+    assert "`sac(compile(f))` with `wrap_inductor_compiled_regions=True`" in stdout
+    assert "- **Actual:** under `sac(compile(f))` the policy was asked about `aten.mm.out` only" in stdout
+    assert "**What it costs**" in stdout and "PyTorch version:" in stdout

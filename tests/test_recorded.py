@@ -1,0 +1,157 @@
+"""The judge of a torch.profiler run, in this process, on what real measured children wrote
+(tests/data/*/child*.json): torch 2.13 on the CPU, fixed and with the fix reverted in-process, and
+torch 2.9.1 on the CPU, affected. Then the same evidence changed one call at a time: every call is
+judged on its own, and every boundary of the verdict and of the policy check is touched."""
+import copy
+import json
+
+import pytest
+
+from conftest import data
+from sac_repro import render, verdict
+
+FIXED = json.load(open(data("cpu-torch2.13", "child_fixed.json")))
+REVERTED = json.load(open(data("cpu-torch2.13", "child_fix_reverted.json")))
+AFFECTED = json.load(open(data("cpu-torch2.9.1", "child.json")))
+
+
+def judged(raw, terms="regression", strict=False):
+    return verdict.report_from_child(copy.deepcopy(raw), terms, strict)
+
+
+def with_call(raw, scenario, index, names):
+    """raw, with one call of one scenario showing these names instead."""
+    raw = copy.deepcopy(raw)
+    raw["scenarios"][scenario]["calls"][index] = {"names": names}
+    return raw
+
+
+EAGER_NAMES = FIXED["scenarios"]["eager_sac"]["calls"][0]["names"]
+COMPILED_NAMES = FIXED["scenarios"]["with_context"]["calls"][0]["names"]
+
+
+def test_the_fixed_run_is_not_reproduced_and_its_policy_ignored():
+    r = judged(FIXED)
+    assert (r["verdict"], r["exit_code"]) == ("not_reproduced", 0)
+    assert r["reason"] == "all 3 calls under SAC ran compiled code, as did all 3 of the control"
+    assert r["scenarios"]["with_context"]["calls"] == ["compiled"] * 3
+    assert r["scenarios"]["eager_sac"]["calls"] == ["eager"] * 3
+    p = r["policy"]
+    assert (p["trusted"], p["baseline"]) == (True, 2)
+    assert p["with_context_matmul_recomputed_in_backward"] is True
+    assert p["workaround_matmul_recomputed_in_backward"] is False
+    assert r["schema"] == 2
+
+
+@pytest.mark.parametrize("raw", [REVERTED, AFFECTED], ids=["2.13-fix-reverted", "2.9.1"])
+def test_the_affected_runs_reproduce(raw):
+    r = judged(raw)
+    assert (r["verdict"], r["exit_code"]) == ("reproduced", 1)
+    assert r["reason"].startswith("3 of 3 calls under SAC ran eagerly")
+    assert r["reason"].endswith("while all 3 calls of the control ran compiled code")
+    assert judged(raw, terms="fix")["exit_code"] == 0
+
+
+def test_the_reverted_run_names_fullgraphs_refusal():
+    r = judged(REVERTED)
+    assert "found no compiled frames" in r["reason"] and r["scenarios"]["with_context"]["refused"]
+
+
+def test_the_2_9_run_names_the_eager_ops():
+    r = judged(AFFECTED)
+    assert "(no compiled code, eager aten::add, aten::mul)" in r["reason"]
+    assert r["scenarios"]["with_context"]["eager_pointwise"] == {"aten::add": 6, "aten::mul": 6}
+    assert r["policy"]["with_context_matmul_recomputed_in_backward"] is None  # eager on CPU: not countable
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_one_eager_call_under_sac_reproduces(index):
+    r = judged(with_call(FIXED, "with_context", index, EAGER_NAMES))
+    assert (r["verdict"], r["exit_code"]) == ("reproduced", 1)
+    assert r["reason"].startswith("1 of 3 calls under SAC ran eagerly")
+
+
+@pytest.mark.parametrize("index", [0, 2])
+def test_one_eager_call_of_the_control_cannot_test(index):
+    r = judged(with_call(FIXED, "without_context", index, EAGER_NAMES))
+    assert (r["verdict"], r["exit_code"]) == ("cannot_test", 125)
+    assert "ran compiled code in only 2 of 3 calls" in r["reason"]
+
+
+@pytest.mark.parametrize("names", [[], [["aten::mm", 1]], COMPILED_NAMES + EAGER_NAMES],
+                         ids=["nothing", "matmul-only", "both"])
+def test_one_call_under_sac_that_settles_nothing_cannot_test(names):
+    r = judged(with_call(FIXED, "with_context", 1, names))
+    assert (r["verdict"], r["exit_code"]) == ("cannot_test", 125)
+    assert r["reason"] == "1 of 3 calls under SAC showed neither compiled code nor f's eager ops"
+    assert judged(with_call(FIXED, "with_context", 1, names), terms="fix")["exit_code"] == 125
+
+
+def test_an_eager_call_beside_one_that_settles_nothing_still_reproduces():
+    raw = with_call(with_call(FIXED, "with_context", 0, EAGER_NAMES), "with_context", 1, [])
+    assert judged(raw)["exit_code"] == 1
+
+
+def test_no_calls_of_the_control_or_the_case_cannot_test():
+    for scenario, says in (("without_context", "no calls of the control"), ("with_context", "no calls under SAC")):
+        raw = copy.deepcopy(FIXED)
+        raw["scenarios"][scenario]["calls"] = []
+        r = judged(raw)
+        assert r["exit_code"] == 125 and says in r["reason"]
+
+
+def test_strict_policy_turns_the_ignored_policy_into_reproduced():
+    r = judged(FIXED, strict=True)
+    assert (r["verdict"], r["exit_code"]) == ("reproduced", 1)
+    assert r["reason"].startswith("--strict-policy: compiled code ran under SAC")
+    assert judged(FIXED, terms="fix", strict=True)["exit_code"] == 0
+
+
+def with_matmuls(**counts):
+    raw = copy.deepcopy(FIXED)
+    for name, n in counts.items():
+        if n is None:
+            raw["scenarios"][name].pop("backward_matmuls", None)
+        else:
+            raw["scenarios"][name]["backward_matmuls"] = n
+    return raw
+
+
+@pytest.mark.parametrize("counts, why", [
+    ({"without_context": 2}, "the recomputing control counts no more than the baseline"),
+    ({"without_context": None}, "the recomputing control was not measured"),
+    ({"compiled_no_checkpoint": None}, "no saving control was measured"),
+    ({"eager_sac": 3}, "the saving controls disagree"),
+])
+def test_the_policy_is_not_judged_when_its_controls_do_not_separate(counts, why):
+    r = judged(with_matmuls(**counts))
+    assert r["policy"]["trusted"] is False, why
+    assert r["policy"]["with_context_matmul_recomputed_in_backward"] is None, why
+    assert r["policy"]["reason"].startswith("not measured: the controls do not separate")
+    assert r["exit_code"] == 0  # the verdict does not rest on the policy
+    assert judged(with_matmuls(**counts), strict=True)["exit_code"] == 125
+
+
+@pytest.mark.parametrize("case, recomputed", [(2, False), (3, True), (4, True)])
+def test_the_policy_subject_is_recomputed_only_above_the_baseline(case, recomputed):
+    r = judged(with_matmuls(with_context=case, eager_sac=2))
+    assert r["policy"]["trusted"] is True
+    assert r["policy"]["with_context_matmul_recomputed_in_backward"] is recomputed
+    assert judged(with_matmuls(with_context=case), strict=True)["exit_code"] == (1 if recomputed else 0)
+
+
+def test_a_failed_run_keeps_its_reason_and_traceback():
+    raw = {"status": "cannot_test", "reason": "the torch under test crashed: killed by SIGSEGV",
+           "env": FIXED["env"], "traceback": "Traceback ..."}
+    r = judged(raw)
+    assert (r["verdict"], r["exit_code"]) == ("cannot_test", 125)
+    assert r["errors"]["traceback"] == "Traceback ..." and r["torch_version"] == "2.13.0+cpu"
+
+
+def test_the_text_shows_each_scenario_and_the_verdict():
+    text = render.render_text(judged(AFFECTED))
+    lines = text.splitlines()
+    assert lines[0].startswith("environment: python") and "torch 2.9.1" in lines[0]
+    assert any(l.split()[:2] == ["with_context", "0/3"] for l in lines)
+    assert "with_context" in text and lines[-2].startswith("VERDICT: reproduced (exit 1): 3 of 3")
+    assert lines[-1].startswith("hint: ")
