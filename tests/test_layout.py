@@ -8,7 +8,7 @@ import pytest
 
 from conftest import data, ROOT
 
-TOP_LEVEL = {"torch_compile_selective_activation_checkpoint.py", "run_nsys.sh", "requirements.txt",
+TOP_LEVEL = {"torch_compile_selective_activation_checkpoint.py", "run_nsys.sh", "requirements.txt", "test_sac_compile_upstream.py",
              "README.md", "expected_output.md", "bisect_torch.py", "bench_sac_compile.py",
              "requirements-dev.txt", "sac_repro", "tests", ".ci"}
 
