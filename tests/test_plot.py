@@ -20,7 +20,9 @@ pytest.importorskip("matplotlib")
 
 CHILDREN = {"2.13 fixed": data("cpu-torch2.13", "child_fixed.json"),
             "2.13 fix reverted": data("cpu-torch2.13", "child_fix_reverted.json"),
-            "2.9.1": data("cpu-torch2.9.1", "child.json")}
+            "2.9.1": data("cpu-torch2.9.1", "child.json"),
+            "H200 2.11 fixed": data("h200-torch2.11", "child_fixed.json"),
+            "H200 2.11 fix reverted": data("h200-torch2.11-fix-reverted", "child.json")}
 CAPTURES = [("--from-nsys", data("h200-torch2.11", "full_capture.sqlite")),
             ("--from-nsys", data("h200-torch2.11-fix-reverted", "capture.sqlite")),
             ("--from-nsys", data("h200-torch2.11", "full_nvtx_kern_sum.csv")),

@@ -13,6 +13,8 @@ from sac_repro import render, verdict
 FIXED = json.load(open(data("cpu-torch2.13", "child_fixed.json")))
 REVERTED = json.load(open(data("cpu-torch2.13", "child_fix_reverted.json")))
 AFFECTED = json.load(open(data("cpu-torch2.9.1", "child.json")))
+H200_FIXED = json.load(open(data("h200-torch2.11", "child_fixed.json")))
+H200_REVERTED = json.load(open(data("h200-torch2.11-fix-reverted", "child.json")))
 
 
 def judged(raw, terms="regression", strict=False):
@@ -155,3 +157,18 @@ def test_the_text_shows_each_scenario_and_the_verdict():
     assert any(l.split()[:2] == ["with_context", "0/3"] for l in lines)
     assert "with_context" in text and lines[-2].startswith("VERDICT: reproduced (exit 1): 3 of 3")
     assert lines[-1].startswith("hint: ")
+
+
+def test_the_h200_runs_count_matmul_kernels_and_see_the_eager_kernels():
+    """CUDA: the policy check counts cuBLAS kernels, so eager SAC's saved matmul counts too."""
+    fixed = judged(H200_FIXED)
+    assert fixed["exit_code"] == 0 and fixed["device"] == "cuda"
+    assert fixed["policy"]["backward_matmuls"] == {"without_context": 3, "with_context": 3, "workaround": 2,
+                                                   "eager_sac": 2, "compiled_no_checkpoint": 2,
+                                                   "with_context_wrapped": 3}
+    assert fixed["policy"]["with_context_wrapped_matmul_recomputed_in_backward"] is True
+    assert any(k.startswith("triton_poi_fused_add_mul") for k in fixed["scenarios"]["with_context"]["kernels"])
+    reverted = judged(H200_REVERTED)
+    assert reverted["exit_code"] == 1
+    assert "MulFunctor kernel, CUDAFunctorOnSelf_add kernel" in reverted["reason"]
+    assert reverted["policy"]["with_context_matmul_recomputed_in_backward"] is False  # eager f: SAC saved it
