@@ -1,39 +1,46 @@
 #!/usr/bin/env python3
 """Bisect PyTorch builds with the repro script's verdict (pytorch/pytorch#161889).
 
+One nightly, or today's, without a clone (the first question on any report):
+
+    python bisect_torch.py nightly latest               # or a date: nightly 2025-09-07
+
 Nightlies, inside a clone of pytorch/pytorch on its `nightly` branch (one commit per nightly):
 
     git bisect start --term-old broken --term-new fixed <fixed-nightly> <broken-nightly>
     git bisect run python /path/to/bisect_torch.py nightly-step
     python /path/to/bisect_torch.py nightly-range        # the main-branch commits to read
 
-Released versions, from PyPI, where nightlies have been pruned:
+Released versions, where nightlies have been pruned (PyPI, or PyTorch's index with --variant):
 
-    python bisect_torch.py releases 2.8.0 2.12.0
-    python bisect_torch.py matrix 2.4.1 2.5.1 2.9.1 2.10.0   # every one given, no search
+    python bisect_torch.py releases 2.8.0 2.12.0 [--variant cpu]
+    python bisect_torch.py matrix 2.4.1 2.9.1 2.10.0 latest   # every one given, no search
+
+The cache of environments (one per build) and its shared store of packages:
+
+    python bisect_torch.py cache [--prune --keep N | --prune --older-than DAYS]
 
 `nightly-step` exits as `git bisect run` wants: 0 for the old term, 1 for the new, 125 to skip a
-nightly that cannot be tested (no wheel for that date, install failure, repro says cannot_test),
-and 128 on a usage error or a bug here, which aborts the bisect. Virtual environments are
-cached per wheel under --cache (default ~/.cache/sac-compile-repro, or $SAC_REPRO_CACHE).
-Stdlib only, besides pip, venv and the repro script beside it.
+nightly that cannot be tested (no wheel for that date, a wheel of another commit, an install
+failure, the repro says cannot_test), 128 on a usage error, too little disk, or a bug here, which
+aborts the bisect, and 128+n on signal n. Environments are installed with uv where it is installed
+(one shared store of packages, hard-linked), else pip (one shared wheel cache), under --cache
+(default ~/.cache/sac-compile-repro, or $SAC_REPRO_CACHE). Stdlib only, besides pip or uv, venv
+and the repro script beside it.
 """
 import argparse
-import html
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.parse
-import urllib.request
 
 try:
+    from sac_repro import builds
+    from sac_repro.builds import say, Untestable
     from sac_repro.cli import Parser, positive_float
     from sac_repro.exits import EXIT_CANNOT_TEST, guarded, TERMS, UsageError
     from sac_repro.render import release_table_markdown
@@ -49,94 +56,8 @@ except Exception as e:  # copied without its package, say: abort a bisect, never
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPRO = os.path.join(HERE, "torch_compile_selective_activation_checkpoint.py")
-DEFAULT_NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly"
 NIGHTLY_SUBJECT = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) nightly release \(([0-9a-f]{40})\)")
-
-
-class Untestable(Exception):
-    """This build cannot be tested: skip it (125), never guess."""
-
-
-def say(msg):
-    print(msg, flush=True)
-
-
-def cache_dir(arg):
-    path = os.path.abspath(arg or os.environ.get("SAC_REPRO_CACHE")
-                           or os.path.join(os.path.expanduser("~"), ".cache", "sac-compile-repro"))
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError("the cache %s is not a folder (--cache, or $SAC_REPRO_CACHE): name a folder" % path)
-    return path
-
-
-# --------------------------------------------------------------------------- virtual environments
-def venv_python(path):
-    return os.path.join(path, "bin", "python")
-
-
-def ensure_venv(name, pip_args, cache, label):
-    """A cached virtual environment holding one torch. Built under NAME.partial and renamed when
-    complete, so an interrupted install never leaves a half-built environment to be reused."""
-    root = os.path.join(cache, "venvs")
-    final, partial = os.path.join(root, name), os.path.join(root, name + ".partial")
-    if os.path.exists(venv_python(final)):
-        return venv_python(final)
-    os.makedirs(root, exist_ok=True)
-    shutil.rmtree(partial, ignore_errors=True)
-    say("installing %s into %s (a CUDA build is several GB: minutes)" % (label, final))
-    try:
-        cmd = new_venv(partial) + ["install", "--disable-pip-version-check", "-q",
-                                   "--no-cache-dir"] + pip_args  # the environments are the cache
-        # A session of its own, ended as a whole on Ctrl-C, whatever pip has started
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        output = []
-        reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
-        reader.start()
-        started = next_note = time.time()
-        while proc.poll() is None:
-            time.sleep(1)
-            if time.time() >= next_note + 30:
-                next_note = time.time()
-                say("  still installing %s: %.1f GB so far, %ds" % (label, du_gb(partial), next_note - started))
-        reader.join(5)
-        if proc.returncode != 0:
-            tail = "".join(l for l in output if "WARNING: Location" not in l)[-1500:]
-            raise Untestable("pip could not install %s:\n%s" % (label, tail.rstrip()))
-        os.rename(partial, final)
-    except BaseException:
-        if "proc" in locals() and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    return venv_python(final)
-
-
-def new_venv(path):
-    """Makes a virtual environment as `python3 -m venv` makes one, pip included (and on Python 3.11
-    setuptools, which torch 2.5's Inductor imports); returns the pip command that installs into it."""
-    venv = subprocess.run([sys.executable, "-m", "venv", path], capture_output=True, text=True)
-    if venv.returncode != 0:
-        raise UsageError("%s -m venv failed, and each torch under test needs its own virtual "
-                         "environment: on Debian or Ubuntu, install python3-venv (%s)" % (
-                             sys.executable, " ".join(venv.stdout.split() + venv.stderr.split())[-200:]))
-    return [venv_python(path), "-m", "pip"]
-
-
-def du_gb(path):
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except OSError:
-                pass
-    return total / 1e9
-
-
-def release_venv(version, cache):
-    return ensure_venv("torch-%s" % version, ["torch==%s" % version], cache, "torch==%s" % version)
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}$")
 
 
 # --------------------------------------------------------------------------- running the repro
@@ -197,6 +118,14 @@ def evidence(report):
     return "; ".join(parts)
 
 
+
+def step_line(day, wheel, git_version, verdict, exit_code, detail):
+    """One line per build: date, wheel, the commit the wheel says it was built from (- when no
+    wheel was read), the verdict and its exit code, and why."""
+    return "%s  %-44s  git %-12s  %s -> %s  [%s]" % (
+        day, wheel, (git_version or "-")[:12], verdict, exit_code, detail)
+
+
 # --------------------------------------------------------------------------- nightlies
 def git(*args):
     proc = subprocess.run(["git"] + list(args), capture_output=True, text=True)
@@ -215,100 +144,62 @@ def nightly_of(rev):
     return "%s-%s-%s" % m.group(1, 2, 3), m.group(4)
 
 
-def index_url(args):
-    if args.index:
-        return args.index
-    return "%s/%s" % (DEFAULT_NIGHTLY_INDEX, args.variant)
+def install_nightly(day, args, expect=None):
+    """(python, wheel, git version) of the nightly built on `day`. With `expect` (the commits a
+    bisect step may be), a wheel of another commit is rejected before the repro runs: from a
+    folder before it is installed, from a URL right after, and its environment removed."""
+    index = builds.nightly_index(args.variant, args.index)
+    wheels = builds.torch_wheel_files(index)
+    if day == "latest":
+        day = builds.latest_date(wheels)
+    found = builds.wheels_for_date(wheels, day)
+    if not found:
+        raise Untestable("no torch wheel for %s and %s on %s (nightlies are pruned after about 60 "
+                         "days)" % (day, builds.python_tag(), index), day)
+    wheel, version = found[0]
+    if len(found) > 1:
+        say("several wheels for %s; taking %s over %s" % (day, wheel, ", ".join(w for w, _ in found[1:])))
+    local = None if builds.is_url(index) else wheels[wheel]
+    built_from = builds.wheel_git_version(local) if local else None
+    if expect and local and built_from not in expect:
+        raise Untestable(wrong_wheel(built_from, expect), day, wheel, built_from)
+    cache = builds.cache_dir(args.cache)
+    python = builds.ensure_venv(wheel[:-4], "torch==%s" % version, index, cache, args.installer,
+                                builds.needed_bytes(local, args.variant or "cpu", index), pre=True)
+    built_from = builds.installed_git_version(os.path.dirname(os.path.dirname(python))) or built_from
+    if expect and built_from not in expect:
+        builds.remove_venv(python)
+        raise Untestable(wrong_wheel(built_from, expect), day, wheel, built_from)
+    return day, python, wheel, built_from
 
 
-def wheel_folder(index):
-    """A local index: a folder with torch/ in it (PEP 503 layout), or a flat folder of wheels."""
-    return os.path.join(index, "torch") if os.path.isdir(os.path.join(index, "torch")) else index
-
-
-def is_url(index):
-    return re.match(r"https?://|file://", index) is not None
-
-
-def list_torch_wheels(index):
-    """File names of torch wheels on a PEP 503 index (URL or folder) or in a flat folder of wheels."""
-    if not is_url(index):
-        if not os.path.isdir(index):
-            raise UsageError("--index %s: no such folder (an index is an http(s):// URL or a folder of wheels)" % index)
-        wheels = sorted(f for f in os.listdir(wheel_folder(index)) if f.startswith("torch-") and f.endswith(".whl"))
-        if not wheels:
-            raise UsageError("--index %s: no torch wheels in this folder (nor in its torch/)" % index)
-        return wheels
-    url = index.rstrip("/") + "/torch/"
-    try:
-        with urllib.request.urlopen(url, timeout=60) as resp:
-            page = resp.read().decode("utf-8", "replace")
-    except Exception as e:
-        raise Untestable("could not read the index %s: %s" % (url, e))
-    names = re.findall(r'href="([^"#]+\.whl)', page)
-    return sorted({html.unescape(urllib.parse.unquote(n.rsplit("/", 1)[-1])) for n in names})
-
-
-def python_tag():
-    return "cp%d%d" % sys.version_info[:2]
-
-
-def wheel_for_date(wheels, day):
-    """The wheel built on `day` for this Python and Linux x86_64. The version number changes at
-    branch cuts, so it is read from the listing, never assumed. Several matches: the highest
-    version, then the name, so the choice is deterministic."""
-    stamp = "dev" + day.replace("-", "")
-    tag = python_tag()
-    matches = []
-    for w in wheels:
-        parts = w[:-4].split("-")
-        if len(parts) < 5 or parts[0] != "torch":
-            continue
-        version, py, plat = parts[1], parts[2], parts[-1]
-        if ("." + stamp) not in version or py != tag or not ("x86_64" in plat and "linux" in plat):
-            continue
-        matches.append((version_key(version), w, version))
-    matches.sort(reverse=True)
-    return [(w, v) for _, w, v in matches]
-
-
-def version_key(v):
-    return tuple(int(x) for x in re.match(r"\d+\.\d+\.\d+", v).group(0).split("."))
+def wrong_wheel(built_from, expect):
+    return ("the wheel's torch.version.git_version %s is not the nightly under test (HEAD %s, main %s): "
+            "a wrong wheel would be a wrong step" % (built_from or "(none)", expect[0], expect[1]))
 
 
 def nightly_step(args):
     day, main_sha = nightly_of("HEAD")
     head = git("rev-parse", "HEAD")
-    index = index_url(args)
-    wheel = "-"
     try:
-        found = wheel_for_date(list_torch_wheels(index), day)
-        if not found:
-            raise Untestable("no torch wheel for %s and %s on %s (nightlies are pruned after about "
-                             "60 days)" % (day, python_tag(), index))
-        wheel, version = found[0]
-        if len(found) > 1:
-            say("several wheels for %s; taking %s over %s" % (day, wheel, ", ".join(w for w, _ in found[1:])))
-        if not is_url(index):
-            pip_args = ["--no-index", "--find-links", wheel_folder(index), "torch==%s" % version]
-        else:
-            pip_args = ["--pre", "--index-url", index, "torch==%s" % version]
-        python = ensure_venv(wheel[:-4], pip_args, cache_dir(args.cache), wheel)
-        _, report = run_repro(python, args)
-        tested = report.get("torch_git_version") or ""
         # A nightly wheel reports the nightly-branch commit it was built from, or its main sha
-        if report["verdict"] != "cannot_test" and tested not in (head, main_sha):
-            raise Untestable("the installed wheel's torch.version.git_version %s is not the nightly "
-                             "under test (HEAD %s, main %s): a wrong wheel would be a wrong step"
-                             % (tested or "(none)", head, main_sha))
+        _, python, wheel, built_from = install_nightly(day, args, expect=(head, main_sha))
+        _, report = run_repro(python, args)
     except Untestable as e:
-        say("%s  %-44s  %-12s  cannot_test -> skip (125): %s" % (day, wheel, main_sha[:12], e))
+        wheel, built_from = (e.args[2], e.args[3]) if len(e.args) > 3 else ("-", None)
+        say(step_line(day, wheel, built_from, "cannot_test", "skip (125)", e.args[0]))
         return EXIT_CANNOT_TEST
     exit_code = TERMS[args.terms][report["verdict"]]
-    say("%s  %-44s  %-12s  %s -> exit %d  [%s]" % (
-        day, wheel, (report.get("torch_git_version") or "?")[:12], report["verdict"], exit_code,
-        evidence(report)))
+    say(step_line(day, wheel, built_from, report["verdict"], "exit %d" % exit_code, evidence(report)))
     return exit_code
+
+
+def nightly(args):
+    """One nightly (a date, or the latest the index holds): its verdict, no clone needed."""
+    table = []
+    verdict = test_build(args.day, args, table)
+    print_table(args, table)
+    return TERMS["regression"][verdict]
 
 
 def nightly_range(args):
@@ -331,15 +222,6 @@ def nightly_range(args):
 
 
 # --------------------------------------------------------------------------- releases
-def pypi_versions():
-    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "torch"],
-                          capture_output=True, text=True)
-    m = re.search(r"Available versions: (.*)", proc.stdout)
-    if not m:
-        raise UsageError("pip index versions torch gave no listing: %s" % proc.stderr.strip()[-300:])
-    return [v.strip() for v in m.group(1).split(",")]
-
-
 def parse_release(v):
     if not re.fullmatch(r"\d+\.\d+\.\d+", v):
         raise UsageError("%r is not a release version like 2.8.0" % v)
@@ -352,52 +234,90 @@ def releases_between(old, new, available):
                   and lo <= parse_release(v) <= hi}, key=parse_release)
     for v in (old, new):
         if v not in out:
-            raise UsageError("torch %s is not among pip's listed releases" % v)
+            raise UsageError("torch %s is not among the releases listed on that index" % v)
     return out
 
 
-def test_release(version, cache, args, table):
-    """Runs the repro on one PyPI release, prints one line of evidence, returns the verdict."""
+def test_build(version, args, table):
+    """Runs the repro on one build (a release, a nightly date or `latest`), prints one line of
+    evidence, adds a row to the table, returns the verdict."""
+    wheel, built_from = "-", None
     try:
-        code, report = run_repro(release_venv(version, cache), args)
+        if DATE.match(version) or version == "latest":
+            version, python, wheel, built_from = install_nightly(version, args)
+        else:
+            index = builds.release_index(args.variant, args.index)
+            local = release_wheel(index, version)
+            python = builds.ensure_venv(env_name(version, index), "torch==%s" % version, index,
+                                        builds.cache_dir(args.cache), args.installer,
+                                        builds.needed_bytes(local, args.variant, index))
+            built_from = builds.installed_git_version(os.path.dirname(os.path.dirname(python)))
+        code, report = run_repro(python, args)
     except Untestable as e:
-        say("torch %-8s cannot_test    %s" % (version, e))
-        table.append((version, "-", "`cannot_test`", "125", str(e).splitlines()[0]))
+        say("torch %-10s cannot_test    %s" % (version, e.args[0]))
+        table.append((version, (built_from or "-")[:12], "`cannot_test`", "125", e.args[0].splitlines()[0]))
         return "cannot_test"
     git_version = (report.get("torch_git_version") or "?")[:12]
-    say("torch %-8s %-14s (git %s) exit %d; %s" % (version, report["verdict"], git_version, code, evidence(report)))
+    say("torch %-10s %-14s (git %s) exit %d; %s" % (version, report["verdict"], git_version, code, evidence(report)))
     table.append((version, git_version, "`%s`" % report["verdict"], str(code), evidence(report)))
     return report["verdict"]
+
+
+def env_name(version, index):
+    """One environment per build: a release from PyPI is torch-X.Y.Z, one from another index
+    carries the index in its name, so that a CPU build never stands in for a CUDA one."""
+    if index is None:
+        return "torch-%s" % version
+    tag = re.sub(r"[^A-Za-z0-9.]+", "_", index.rstrip("/").split("//")[-1])[-40:]
+    return "torch-%s-%s" % (version, tag)
+
+
+def release_wheel(index, version):
+    """The local wheel of a release, where the index is a folder (for its size); else None."""
+    if index is None or builds.is_url(index):
+        return None
+    for name, path in builds.torch_wheel_files(index).items():
+        parts = builds.wheel_parts(name)
+        if parts and parts[0].split("+")[0] == version and builds.runs_here(parts[1], parts[2]):
+            return path
+    return None
 
 
 def print_table(args, table):
     if args.markdown:
         say("")
-        say(release_table_markdown(sorted(table, key=lambda row: parse_release(row[0]))))
+        say(release_table_markdown(sorted(table, key=lambda row: release_key(row[0]))))
+
+
+def release_key(v):
+    return (1, v) if DATE.match(v) else (0, parse_release(v))
 
 
 def matrix(args):
-    """The verdict of each release given, one line each: no search, every one tested."""
+    """The verdict of each build given (releases, nightly dates, `latest`): no search, every one tested."""
     for v in args.versions:
-        parse_release(v)
-    cache, table = cache_dir(args.cache), []
+        if not (DATE.match(v) or v == "latest"):
+            parse_release(v)
+    say("releases from %s; nightlies from %s" % (builds.describe(builds.release_index(args.variant, args.index)),
+                                                 builds.nightly_index(args.variant, args.index)))
+    table = []
     for v in args.versions:
-        test_release(v, cache, args, table)
+        test_build(v, args, table)
     print_table(args, table)
     return 0
 
 
 def releases(args):
-    if parse_release(args.old) >= parse_release(args.new):  # before asking PyPI anything
+    if parse_release(args.old) >= parse_release(args.new):  # before asking any index
         raise UsageError("OLD (%s) must be older than NEW (%s)" % (args.old, args.new))
-    versions = releases_between(args.old, args.new, pypi_versions())
-    say("releases from %s to %s: %s" % (args.old, args.new, ", ".join(versions)))
-    cache, table = cache_dir(args.cache), []
-    verdicts = {}
+    index = builds.release_index(args.variant, args.index)
+    versions = releases_between(args.old, args.new, builds.release_versions(index))
+    say("releases from %s to %s on %s: %s" % (args.old, args.new, builds.describe(index), ", ".join(versions)))
+    table, verdicts = [], {}
 
     def verdict(v):
         if v not in verdicts:
-            verdicts[v] = test_release(v, cache, args, table)
+            verdicts[v] = test_build(v, args, table)
         return verdicts[v]
 
     for end, which in ((args.old, "OLD"), (args.new, "NEW")):
@@ -431,6 +351,33 @@ def releases(args):
     return 0
 
 
+# --------------------------------------------------------------------------- the cache
+def cache(args):
+    """Lists the environments, and prunes them with --prune."""
+    root = builds.cache_dir(args.cache)
+    if args.prune:
+        if args.keep is None and args.older_than is None:
+            raise UsageError("--prune needs --keep N or --older-than DAYS")
+        removed = builds.prune(root, args.keep, args.older_than)
+        say("removed %d environment%s: %s" % (len(removed), "" if len(removed) == 1 else "s", ", ".join(removed) or "-"))
+    elif args.keep is not None or args.older_than is not None:
+        raise UsageError("--keep and --older-than go with --prune")
+    seen = set()
+    say("cache %s (%s)" % (root, "uv's store and pip's wheel cache inside" if os.path.isdir(root) else "empty"))
+    say("%-46s %-18s %-12s %9s  %s" % ("environment", "torch", "git", "size", "last used"))
+    for name, path, version, git_version, used in builds.environments(root):
+        say("%-46s %-18s %-12s %7.2f GB  %s" % (name, version or "?", (git_version or "?")[:12],
+                                              builds.du_bytes(path, seen) / builds.GB,
+                                              time.strftime("%Y-%m-%d %H:%M", time.localtime(used))))
+    for store in ("uv", "pip"):
+        folder = os.path.join(root, store)
+        if os.path.isdir(folder):
+            say("%-46s %-18s %-12s %7.2f GB" % ("(%s's store, not counted above)" % store, "", "",
+                                             builds.du_bytes(folder, seen) / builds.GB))
+    say("total on disk: %.2f GB (each hard-linked file counted once)" % (builds.du_bytes(root) / builds.GB))
+    return 0
+
+
 # --------------------------------------------------------------------------- command line
 def env_choice(name, default, choices):
     """A default read from the environment is checked as the option itself would be."""
@@ -445,36 +392,54 @@ def parse_args(argv):
                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     common = Parser(add_help=False)
-    common.add_argument("--cache", help="where virtual environments are kept "
+    common.add_argument("--cache", help="where environments and the shared store are kept "
                         "(default $SAC_REPRO_CACHE or ~/.cache/sac-compile-repro)")
-    common.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
-                        help="passed to the repro (default cpu)")
-    common.add_argument("--timeout", type=positive_float, default=900.0, help="passed to the repro (seconds)")
-    common.add_argument("--markdown", action="store_true",
-                        help="releases, matrix: also print the per-release table as markdown")
-    step = sub.add_parser("nightly-step", parents=[common], help="one `git bisect run` step")
+    builds_ = Parser(add_help=False)
+    builds_.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu",
+                         help="passed to the repro (default cpu)")
+    builds_.add_argument("--timeout", type=positive_float, default=900.0, help="passed to the repro (seconds)")
+    builds_.add_argument("--markdown", action="store_true", help="also print the per-build table as markdown")
+    builds_.add_argument("--installer", choices=("auto", "uv", "pip"), default="auto",
+                         help="auto (default): uv where it is installed, else pip")
+    builds_.add_argument("--variant", default=os.environ.get("SAC_BISECT_VARIANT"),
+                         help="PyTorch's build variant: cpu, cu126, cu128, ... (releases: from "
+                              "download.pytorch.org/whl/VARIANT instead of PyPI; nightlies: default cpu)")
+    builds_.add_argument("--index", default=os.environ.get("SAC_BISECT_INDEX"),
+                         help="a PEP 503 index URL, or a local folder: flat, or one folder per package")
+    step = sub.add_parser("nightly-step", parents=[common, builds_], help="one `git bisect run` step")
     step.add_argument("--terms", choices=sorted(TERMS), default=env_choice("SAC_BISECT_TERMS", "fix", TERMS),
                       help="fix: --term-old broken --term-new fixed (default); regression: good/bad")
-    step.add_argument("--index", default=os.environ.get("SAC_BISECT_INDEX"),
-                      help="PEP 503 index URL, or a folder of wheels (default: PyTorch's nightly "
-                           "index for --variant)")
-    step.add_argument("--variant", default=os.environ.get("SAC_BISECT_VARIANT", "cpu"),
-                      help="nightly build variant: cpu (default), cu126, cu128, ...")
+    one = sub.add_parser("nightly", parents=[common, builds_], help="the verdict of one nightly, no clone needed")
+    one.add_argument("day", nargs="?", default="latest", metavar="DATE|latest")
     rng = sub.add_parser("nightly-range", help="after the bisect: main-branch commits to read")
     rng.add_argument("rev", nargs="?", help="the first nightly on the new side (default: the bisect's)")
-    rel = sub.add_parser("releases", parents=[common], help="binary search over PyPI releases")
+    rel = sub.add_parser("releases", parents=[common, builds_], help="binary search over releases")
     rel.add_argument("old")
     rel.add_argument("new")
-    mat = sub.add_parser("matrix", parents=[common], help="the verdict of each release given")
-    mat.add_argument("versions", nargs="+", metavar="VERSION")
-    return p.parse_args(argv)
+    mat = sub.add_parser("matrix", parents=[common, builds_], help="the verdict of each build given")
+    mat.add_argument("versions", nargs="+", metavar="VERSION|DATE|latest")
+    cac = sub.add_parser("cache", parents=[common], help="list (or --prune) the cached environments")
+    cac.add_argument("--prune", action="store_true")
+    cac.add_argument("--keep", type=int, metavar="N", help="with --prune: keep the N most recently used")
+    cac.add_argument("--older-than", type=positive_float, metavar="DAYS", help="with --prune: remove those unused for longer")
+    args = p.parse_args(argv)
+    if getattr(args, "day", "latest") not in ("latest",) and not DATE.match(args.day):
+        raise UsageError("nightly %s: give a date like 2025-09-07, or latest" % args.day)
+    if getattr(args, "keep", None) is not None and args.keep < 0:
+        raise UsageError("--keep must be 0 or more")
+    for option in ("index", "cache", "variant"):
+        if getattr(args, option, None) == "":
+            raise UsageError("--%s was given an empty value (an unset shell variable?)" % option)
+    if hasattr(args, "cache"):
+        builds.cache_dir(args.cache)  # a cache that is a file is a usage error before any work
+    return args
 
 
 def main(argv=None):
     def body():
         args = parse_args(sys.argv[1:] if argv is None else argv)
-        return {"nightly-step": nightly_step, "nightly-range": nightly_range,
-                "releases": releases, "matrix": matrix}[args.command](args)
+        return {"nightly-step": nightly_step, "nightly": nightly, "nightly-range": nightly_range,
+                "releases": releases, "matrix": matrix, "cache": cache}[args.command](args)
     return guarded(body, "bisect_torch.py")
 
 

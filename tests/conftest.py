@@ -15,7 +15,6 @@ SCRIPT = os.path.join(ROOT, "torch_compile_selective_activation_checkpoint.py")
 DATA = os.path.join(ROOT, "tests", "data")
 sys.path.insert(0, ROOT)
 
-import bisect_torch  # noqa: E402
 
 
 def run(python, *args, env=None, timeout=900):
@@ -63,8 +62,11 @@ def fixed_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def release_python():
     """Python of a cached virtual environment with one PyPI torch release (built on first use)."""
+    from sac_repro import builds
+
     def get(version):
-        return bisect_torch.release_venv(version, bisect_torch.cache_dir(None))
+        return builds.ensure_venv("torch-%s" % version, "torch==%s" % version, None, builds.cache_dir(None),
+                                  "auto", builds.needed_bytes())
     return get
 
 

@@ -53,17 +53,22 @@ def main_sha(day):
     return hashlib.sha1(day.encode()).hexdigest()
 
 
-def build_stub_wheel(folder, day, behaviour, git_version):
+def build_stub_wheel(folder, day, behaviour, git_version, version=None, requires=()):
+    """A torch wheel whose torch is this environment's, fixed or (behaviour "broken") with the fix
+    reverted; a nightly of 2025-09-DAY unless `version` says otherwise."""
     import torch
     real_site = os.path.dirname(os.path.dirname(torch.__file__))
-    version = "2.10.0.dev202509%s+cpu" % day
+    version = version or "2.10.0.dev202509%s+cpu" % day
+    requires = list(requires) + (["no-such-package-anywhere-xyz"] if behaviour == "uninstallable" else [])
     name = "torch-%s-%s-%s-linux_x86_64.whl" % (version, PYTAG, PYTAG)
     dist = "torch-%s.dist-info" % version
     files = {
         "torch/__init__.py": STUB_INIT.format(behaviour=behaviour, real_site=real_site,
                                               git_version=git_version),
+        # what a real wheel holds, and what bisect_torch.py reads before and after installing
+        "torch/version.py": "__version__ = %r\ngit_version = %r\n" % (version, git_version),
         dist + "/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: %s\n%s" % (
-            version, "Requires-Dist: no-such-package-anywhere-xyz\n" if behaviour == "uninstallable" else ""),
+            version, "".join("Requires-Dist: %s\n" % r for r in requires)),
         dist + "/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: %s-%s-linux_x86_64\n" % (PYTAG, PYTAG),
     }
     record = []
@@ -288,7 +293,7 @@ def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
     of one date around a branch cut, other Pythons and platforms."""
     import http.server
     import threading
-    import bisect_torch
+    from sac_repro import builds
     names = ["torch-2.9.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl",
              "torch-2.10.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl",
              "torch-2.10.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_aarch64.whl",
@@ -302,13 +307,14 @@ def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        wheels = bisect_torch.list_torch_wheels("http://127.0.0.1:%d/" % server.server_port)
+        wheels = builds.torch_wheel_files("http://127.0.0.1:%d/" % server.server_port)
     finally:
         server.shutdown()
-    found = bisect_torch.wheel_for_date(wheels, "2025-08-01")
+    found = builds.wheels_for_date(wheels, "2025-08-01")
     assert [v for _, v in found] == ["2.10.0.dev20250801+cpu", "2.9.0.dev20250801+cpu"]
     assert found[0][0] == "torch-2.10.0.dev20250801+cpu-%s-%s-manylinux_2_28_x86_64.whl" % (PYTAG, PYTAG)
-    assert bisect_torch.wheel_for_date(wheels, "2025-08-03") == []
+    assert builds.wheels_for_date(wheels, "2025-08-03") == []
+    assert wheels[found[0][0]].startswith("http://127.0.0.1:%d/whl/nightly/cpu/torch-2.10.0.dev20250801%%2Bcpu" % server.server_port)
 
 
 
@@ -317,9 +323,9 @@ def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
 def test_a_search_whose_new_end_cannot_be_tested_aborts(monkeypatch, capsys):
     """NEW could not be installed (a full disk, say): the search has nothing to compare with."""
     import bisect_torch
-    monkeypatch.setattr(bisect_torch, "pypi_versions", lambda: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
+    monkeypatch.setattr(bisect_torch.builds, "release_versions", lambda index: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
     verdicts = {"2.8.0": "reproduced", "2.12.0": "cannot_test"}
-    monkeypatch.setattr(bisect_torch, "test_release", lambda v, *a: verdicts[v])
+    monkeypatch.setattr(bisect_torch, "test_build", lambda v, *a: verdicts[v])
     rc = bisect_torch.main(["releases", "2.8.0", "2.12.0"])
     err = capsys.readouterr().err
     assert rc == 128, err
@@ -328,9 +334,9 @@ def test_a_search_whose_new_end_cannot_be_tested_aborts(monkeypatch, capsys):
 
 def test_a_search_that_cannot_pin_the_release_says_so(monkeypatch, capsys):
     import bisect_torch
-    monkeypatch.setattr(bisect_torch, "pypi_versions", lambda: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
+    monkeypatch.setattr(bisect_torch.builds, "release_versions", lambda index: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
     verdicts = {"2.8.0": "reproduced", "2.9.1": "cannot_test", "2.10.0": "cannot_test", "2.12.0": "not_reproduced"}
-    monkeypatch.setattr(bisect_torch, "test_release", lambda v, *a: verdicts[v])
+    monkeypatch.setattr(bisect_torch, "test_build", lambda v, *a: verdicts[v])
     rc = bisect_torch.main(["releases", "2.8.0", "2.12.0"])
     out = capsys.readouterr().out
     assert rc == 125, out

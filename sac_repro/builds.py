@@ -1,0 +1,415 @@
+"""Torch builds under test, for bisect_torch.py: where their wheels are (PyPI, PyTorch's per-variant
+and nightly indexes, a local folder), a checked wheel, and a cached virtual environment for each.
+
+Environments are installed with uv where it is there (one store of downloaded and unpacked
+packages under the cache, hard-linked into every environment: a package several torches need is
+downloaded once and stored once), else with pip and one shared wheel cache (downloaded once,
+unpacked into each environment). Nothing here installs into the Python that runs it. Stdlib only.
+"""
+import html
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+import zipfile
+
+from .exits import UsageError
+
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
+GB = 1e9
+# Free space an install needs, where the wheels' own sizes are not known beforehand: the largest
+# environment measured (PyPI's CUDA build of torch 2.10.0, 6.9 GB) with a margin; a CPU build
+# from PyTorch's index is about 1 GB installed.
+NEEDS = {"cuda": 8 * GB, "cpu": 1.5 * GB}
+LAST_USED = ".last-used"
+
+
+class Untestable(Exception):
+    """This build cannot be tested: skip it (125), never guess."""
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+# --------------------------------------------------------------------------- the cache
+def cache_dir(arg):
+    path = os.path.abspath(arg or os.environ.get("SAC_REPRO_CACHE")
+                           or os.path.join(os.path.expanduser("~"), ".cache", "sac-compile-repro"))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError("the cache %s is not a folder (--cache, or $SAC_REPRO_CACHE): name a folder" % path)
+    return path
+
+
+def venvs_dir(cache):
+    return os.path.join(cache, "venvs")
+
+
+def venv_python(path):
+    return os.path.join(path, "bin", "python")
+
+
+# --------------------------------------------------------------------------- indexes
+def is_url(index):
+    return re.match(r"https?://|file://", index) is not None
+
+
+def release_index(variant, index):
+    """None (PyPI), or the index a release comes from: --index, or PyTorch's for --variant."""
+    return index or ("%s/%s" % (PYTORCH_INDEX, variant) if variant else None)
+
+
+def nightly_index(variant, index):
+    return index or "%s/nightly/%s" % (PYTORCH_INDEX, variant or "cpu")
+
+
+def describe(index):
+    return "PyPI" if index is None else index
+
+
+def index_folders(index):
+    """A local index's folders of wheels: a flat folder, or a PEP 503 folder (one per package)."""
+    if not os.path.isdir(index):
+        raise UsageError("--index %s: no such folder (an index is an http(s):// URL or a folder of wheels)" % index)
+    subs = sorted(os.path.join(index, d) for d in os.listdir(index) if os.path.isdir(os.path.join(index, d)))
+    return [index] + subs
+
+
+def install_args(index, pre=False):
+    """How pip and uv find the wheels: PyPI by default, an index URL, or a local folder."""
+    if index is None:
+        return []
+    if is_url(index):
+        return (["--pre"] if pre else []) + ["--index-url", index]
+    args = ["--no-index"]
+    for folder in index_folders(index):
+        args += ["--find-links", folder]
+    return args + (["--pre"] if pre else [])
+
+
+def torch_wheel_files(index):
+    """{file name: path or URL} of the torch wheels an index holds."""
+    if not is_url(index):
+        found = {}
+        for folder in index_folders(index):
+            for f in os.listdir(folder):
+                if f.startswith("torch-") and f.endswith(".whl"):
+                    found.setdefault(f, os.path.join(folder, f))
+        if not found:
+            raise UsageError("--index %s: no torch wheels in this folder (nor in its package folders)" % index)
+        return found
+    url = index.rstrip("/") + "/torch/"
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            page = resp.read().decode("utf-8", "replace")
+    except Exception as e:
+        raise Untestable("could not read the index %s: %s" % (url, e))
+    out = {}
+    for href in re.findall(r'href="([^"]+\.whl)(?:#[^"]*)?"', page):
+        href = html.unescape(href)
+        out.setdefault(urllib.parse.unquote(href.rsplit("/", 1)[-1]), urllib.parse.urljoin(url, href))
+    return out
+
+
+def python_tag():
+    return "cp%d%d" % sys.version_info[:2]
+
+
+def wheel_parts(name):
+    """(version, python tag, platform) of a wheel file name, or None."""
+    parts = name[:-4].split("-")
+    if len(parts) < 5 or parts[0] != "torch":
+        return None
+    return parts[1], parts[2], parts[-1]
+
+
+def runs_here(py, plat):
+    return py == python_tag() and "linux" in plat and "x86_64" in plat
+
+
+def version_key(v):
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", v)
+    return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
+
+
+def wheels_for_date(wheels, day):
+    """The wheels built on `day` for this Python and Linux x86_64. The version number changes at
+    branch cuts, so it is read from the listing, never assumed. Several: the highest version first."""
+    stamp = ".dev" + day.replace("-", "")
+    matches = []
+    for name in wheels:
+        parts = wheel_parts(name)
+        if parts and stamp in parts[0] and runs_here(parts[1], parts[2]):
+            matches.append((version_key(parts[0]), name, parts[0]))
+    return [(name, version) for _, name, version in sorted(matches, reverse=True)]
+
+
+def latest_date(wheels):
+    days = sorted({m.group(1) for name in wheels for m in [re.search(r"\.dev(\d{8})", name)]
+                   if m and wheel_parts(name) and runs_here(*wheel_parts(name)[1:])})
+    if not days:
+        raise Untestable("no nightly wheel for %s on Linux x86_64 in this index" % python_tag())
+    d = days[-1]
+    return "%s-%s-%s" % (d[:4], d[4:6], d[6:])
+
+
+def release_versions(index):
+    """Release versions on an index: PyPI (pip index versions), a URL or a folder."""
+    if index is None:
+        proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "torch"],
+                              capture_output=True, text=True)
+        m = re.search(r"Available versions: (.*)", proc.stdout)
+        if not m:
+            raise UsageError("pip index versions torch gave no listing: %s" % proc.stderr.strip()[-300:])
+        return [v.strip() for v in m.group(1).split(",")]
+    out = set()
+    for name in torch_wheel_files(index):
+        parts = wheel_parts(name)
+        if parts and runs_here(parts[1], parts[2]):
+            out.add(parts[0].split("+")[0])
+    return sorted(out, key=version_key)
+
+
+# --------------------------------------------------------------------------- the wheel's commit
+GIT_VERSION = re.compile(r"""^git_version\s*=\s*['"]([0-9a-fA-F]+|Unknown)['"]""", re.M)
+
+
+def wheel_git_version(path):
+    """torch.version.git_version as a wheel file holds it (torch/version.py), without installing."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            text = z.read("torch/version.py").decode("utf-8", "replace")
+    except (OSError, KeyError, zipfile.BadZipFile) as e:
+        raise Untestable("cannot read torch/version.py in %s: %s" % (os.path.basename(path), e))
+    m = GIT_VERSION.search(text)
+    return m.group(1) if m else None
+
+
+def installed_git_version(venv):
+    """The same, read from an environment's site-packages, without importing torch."""
+    for path in sorted(glob_version_files(venv)):
+        with open(path) as fh:
+            m = GIT_VERSION.search(fh.read())
+        return m.group(1) if m else None
+    return None
+
+
+def glob_version_files(venv):
+    lib = os.path.join(venv, "lib")
+    for py in (os.listdir(lib) if os.path.isdir(lib) else []):
+        path = os.path.join(lib, py, "site-packages", "torch", "version.py")
+        if os.path.exists(path):
+            yield path
+
+
+def installed_torch_version(venv):
+    for path in glob_version_files(venv):
+        with open(path) as fh:
+            m = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", fh.read(), re.M)
+        return m.group(1) if m else None
+    return None
+
+
+# --------------------------------------------------------------------------- installing
+def find_uv():
+    """uv, where it is installed: on PATH, or beside the Python running this. None: use pip."""
+    on_path = shutil.which("uv")
+    if on_path:
+        return on_path
+    beside = os.path.join(os.path.dirname(sys.executable), "uv")
+    return beside if os.access(beside, os.X_OK) else None
+
+
+def choose_installer(wanted):
+    if wanted == "pip":
+        return "pip", None
+    uv = find_uv()
+    if wanted == "uv" and not uv:
+        raise UsageError("--installer uv: uv is not on PATH (pip install uv, or leave --installer auto)")
+    return ("uv", uv) if uv else ("pip", None)
+
+
+def free_bytes(path):
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return shutil.disk_usage(path).free
+
+
+def check_free_space(cache, needed, what):
+    """Before an install: too little space is a usage error (128), never a half-built environment
+    or a skipped build."""
+    free = free_bytes(cache)
+    if free < needed:
+        raise UsageError("installing %s needs about %.1f GB free under %s, and %.1f GB are free: free "
+                         "some (bisect_torch.py cache --prune) or pass --cache elsewhere" % (
+                             what, needed / GB, cache, free / GB))
+
+
+def ensure_venv(name, requirement, index, cache, installer, needed, pre=False):
+    """A cached virtual environment holding one torch; returns its python. Built under
+    NAME.partial and renamed when complete, so an interrupted install never leaves a half-built
+    environment to be reused; a signal ends the installer and removes NAME.partial."""
+    root = venvs_dir(cache)
+    final, partial = os.path.join(root, name), os.path.join(root, name + ".partial")
+    if os.path.exists(venv_python(final)):
+        touch(final)
+        return venv_python(final)
+    os.makedirs(root, exist_ok=True)
+    shutil.rmtree(partial, ignore_errors=True)
+    check_free_space(cache, needed, requirement)
+    kind, uv = choose_installer(installer)
+    say("installing %s from %s with %s into %s (%s)" % (requirement, describe(index), kind, final, size_hint(needed)))
+    proc = None
+    try:
+        pip = new_venv(partial)
+        if kind == "uv":
+            cmd = [uv, "pip", "install", "--python", venv_python(partial), "--cache-dir", os.path.join(cache, "uv")]
+        else:
+            cmd = pip + ["install", "--disable-pip-version-check", "--cache-dir", os.path.join(cache, "pip")]
+        cmd += ["-q"] + install_args(index, pre) + [requirement]
+        # A session of its own, ended as a whole on a signal, whatever the installer has started
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        output = []
+        reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+        reader.start()
+        started = next_note = time.time()
+        while proc.poll() is None:
+            time.sleep(0.5)
+            if time.time() >= next_note + 30:
+                next_note = time.time()
+                say("  still installing %s: %.1f GB in the environment so far, %ds" % (
+                    requirement, du_bytes(partial) / GB, next_note - started))
+        reader.join(5)
+        if proc.returncode != 0:
+            tail = "".join(l for l in output if "WARNING: Location" not in l)[-1500:]
+            raise Untestable("%s could not install %s:\n%s" % (kind, requirement, tail.rstrip()))
+        os.rename(partial, final)
+        touch(final)
+    except BaseException:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return venv_python(final)
+
+
+def size_hint(needed):
+    return "a CUDA build: several GB, minutes" if needed >= NEEDS["cuda"] else "about %.1f GB" % (needed / GB)
+
+
+def needed_bytes(wheel_path=None, variant=None, index=None):
+    """Free space to ask for: a local wheel's own size (x3: unpacked, with its dependencies), or
+    what a build of that kind measured (PyPI's Linux torch is a CUDA build)."""
+    if wheel_path and os.path.exists(wheel_path):
+        return 3 * os.path.getsize(wheel_path) + 0.3 * GB
+    if variant == "cpu" or (index and re.search(r"/cpu/?$", index)):
+        return NEEDS["cpu"]
+    return NEEDS["cuda"]
+
+
+def new_venv(path):
+    """Makes a virtual environment as `python3 -m venv` makes one, pip included (and on Python 3.11
+    setuptools, which torch 2.5's Inductor imports); returns the pip command that installs into it."""
+    venv = subprocess.run([sys.executable, "-m", "venv", path], capture_output=True, text=True)
+    if venv.returncode != 0:
+        raise UsageError("%s -m venv failed, and each torch under test needs its own virtual "
+                         "environment: on Debian or Ubuntu, install python3-venv (%s)" % (
+                             sys.executable, " ".join(venv.stdout.split() + venv.stderr.split())[-200:]))
+    return [venv_python(path), "-m", "pip"]
+
+
+def remove_venv(python):
+    """A rejected environment goes: it would stay in the cache for good."""
+    shutil.rmtree(os.path.dirname(os.path.dirname(python)), ignore_errors=True)
+
+
+def touch(folder):
+    with open(os.path.join(folder, LAST_USED), "w") as fh:
+        fh.write("%d\n" % time.time())
+
+
+# --------------------------------------------------------------------------- sizes, listing, pruning
+def du_bytes(path, seen=None):
+    """Bytes on disk under path, each hard-linked file counted once (across calls sharing `seen`)."""
+    seen = set() if seen is None else seen
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.lstat(os.path.join(dirpath, f))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def environments(cache):
+    """[(name, path, torch version, git version, last use)] of the cache's environments."""
+    root = venvs_dir(cache)
+    out = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        path = os.path.join(root, name)
+        if os.path.islink(path) or not os.path.isdir(path):
+            continue
+        stamp = os.path.join(path, LAST_USED)
+        used = os.path.getmtime(stamp if os.path.exists(stamp) else path)
+        out.append((name, path, installed_torch_version(path), installed_git_version(path), used))
+    return out
+
+
+def inside(root, path):
+    root, path = os.path.realpath(root), os.path.realpath(path)
+    return os.path.commonpath([root, path]) == root and path != root
+
+
+def prune(cache, keep=None, older_than_days=None, now=None):
+    """Removes environments (the least recently used beyond `keep`, or those unused for longer than
+    `older_than_days`), then the store's unpacked packages that no environment links any more.
+    Never anything outside the cache. Returns the names removed."""
+    now = time.time() if now is None else now
+    envs = sorted(environments(cache), key=lambda e: -e[4])
+    doomed = []
+    for i, (name, path, _, _, used) in enumerate(envs):
+        if (keep is not None and i >= keep) or (older_than_days is not None and now - used > older_than_days * 86400):
+            doomed.append((name, path))
+    for name, path in doomed:
+        if not inside(venvs_dir(cache), path):
+            raise UsageError("refusing to remove %s: not inside the cache %s" % (path, cache))
+        shutil.rmtree(path)
+    prune_store(cache)
+    return [name for name, _ in doomed]
+
+
+def prune_store(cache):
+    """Empties uv's store of the packages that no environment links any more (a file linked into an
+    environment has more than one link), through `uv cache clean PACKAGE`, which keeps uv's index of
+    its store whole. Without uv, or for pip's wheel cache, nothing is removed."""
+    archives = os.path.join(cache, "uv", "archive-v0")
+    uv = find_uv()
+    if not uv or not os.path.isdir(archives):
+        return []
+    linked = {}
+    for entry in os.listdir(archives):
+        path = os.path.join(archives, entry)
+        if os.path.islink(path) or not os.path.isdir(path) or not inside(cache, path):
+            continue
+        names = [d[:-len(".dist-info")].rsplit("-", 1)[0] for d in os.listdir(path) if d.endswith(".dist-info")]
+        in_use = any(os.lstat(os.path.join(d, f)).st_nlink > 1 for d, _, files in os.walk(path) for f in files)
+        for name in names:
+            key = re.sub(r"[-_.]+", "-", name).lower()
+            linked[key] = linked.get(key, False) or in_use
+    unused = sorted(name for name, in_use in linked.items() if not in_use)
+    if unused:
+        subprocess.run([uv, "cache", "clean", "--cache-dir", os.path.join(cache, "uv")] + unused,
+                       capture_output=True, text=True)
+    return unused
