@@ -1,11 +1,14 @@
 """The machinery behind torch_compile_selective_activation_checkpoint.py, bisect_torch.py and
 bench_sac_compile.py, one concern per module, in the order the data flows:
 
+    exits     exit codes (the `git bisect run` contract), signals, and the guard of every entry point
     cli       the main script's command line: the child process, or a capture read
     measure   the child: runs the report's code and the scenarios under torch.profiler
     captures  nsys and ncu captures read into (range, kernel) rows
     verdict   the kernel classifier, each call judged, the policy check
-    render    the text and markdown reports
+    render    the text and markdown reports (policy_snippet: the code the policy report pastes)
+    plot      --plot: pictures drawn from the judged report (matplotlib, imported only then)
+    builds    torch builds for bisect_torch.py: indexes, wheel checks, cached environments
 
 Only `measure` imports torch, and only in the child process.
 """

@@ -2,10 +2,12 @@
 import lzma
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -102,7 +104,8 @@ LEGACY_HELP = textwrap.dedent("""\
     """)  # synthetic: an older nsys spelling (sampling named 'cpu', no --stop-on-exit)
 
 FAKE_NSYS = """#!/bin/bash
-echo "nsys $*" >> "$FAKE_LOG"
+echo "nsys $* [TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-unset}]" >> "$FAKE_LOG"
+if [ -n "${FAKE_HANG:-}" ] && [ "$1" = profile ] && [ "$2" != --help ]; then echo $$ > "$FAKE_HANG"; exec sleep 600; fi
 case "$1" in
   --version) echo "NVIDIA Nsight Systems version $FAKE_VERSION" ;;
   profile)
@@ -176,10 +179,11 @@ def test_wrapper_respells_legacy_flags_for_nsys_2023(fake_tools, csv_text, rc):
         FAKE_CSV=csv_file(fake_tools.tmp, csv_text))
     assert got == rc, stdout + stderr
     profile = next(l for l in calls.splitlines() if "--capture-range=" in l)
+    assert "[TORCHINDUCTOR_COMPILE_THREADS=1]" in profile  # keeps the raw capture to a few MB
     assert "-w true -t cuda,nvtx,cudnn,cublas -s process-tree --capture-range=cudaProfilerApi " \
            "--capture-range-end=stop --kill=none --force-overwrite true -x true -o " \
            "torch_compile_selective_activation_checkpoint" in profile
-    assert profile.endswith("--loops-only --device cuda")
+    assert profile.split(" [")[0].endswith("--loops-only --device cuda")
     assert "has no '-s cpu'" in stderr
     assert "nsys stats -q -r nvtx_kern_sum -f csv -o - --force-export=true " \
            "torch_compile_selective_activation_checkpoint.nsys-rep" in calls
@@ -429,3 +433,34 @@ def test_a_failing_nsys_stats_aborts(fake_tools):
                                         FAKE_WRITE_REPORT=1)
     assert got == 128, stdout + stderr
     assert "nsys stats could not read it" in stderr and "broken export" in stderr
+
+
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_wrapper_ends_the_capture(fake_tools, sig, rc):
+    """The capture (here an nsys that hangs) runs in a session of its own; a signal to run_nsys.sh
+    ends it, and nothing is judged."""
+    fake_tools.install("nsys", FAKE_NSYS)
+    pidfile = fake_tools.tmp / "nsys.pid"
+    env = {"PATH": "%s:%s" % (fake_tools.tmp / "bin", system_tools(fake_tools.tmp)), "PYTHON": sys.executable,
+           "FAKE_LOG": str(fake_tools.tmp / "calls.log"), "HOME": str(fake_tools.tmp), "FAKE_VERSION": "2023.4.4",
+           "FAKE_HELP": data("nsys-2023.4.4-profile-help.txt"), "FAKE_HANG": str(pidfile)}
+    proc = subprocess.Popen(["bash", WRAPPER], env=env, cwd=fake_tools.tmp, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not (pidfile.exists() and pidfile.read_text().strip()):
+            assert time.time() < deadline, "the capture never started"
+            time.sleep(0.1)
+        nsys_pid = int(pidfile.read_text())
+        time.sleep(0.3)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == rc, (out, err)
+    assert "interrupted" in err and "VERDICT" not in out
+    deadline = time.time() + 15
+    while os.path.exists("/proc/%d" % nsys_pid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists("/proc/%d" % nsys_pid), "the capture still runs"
