@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,7 @@ try:
     from sac_repro import builds
     from sac_repro.builds import say, Untestable
     from sac_repro.cli import Parser, positive_float
-    from sac_repro.exits import EXIT_CANNOT_TEST, guarded, TERMS, UsageError
+    from sac_repro.exits import end_group, EXIT_CANNOT_TEST, guarded, TERMS, UsageError
     from sac_repro.render import release_table_markdown
     from sac_repro.verdict import CASE, classify_kernel, CONTROL
 except Exception as e:  # copied without its package, say: abort a bisect, never pass as 1
@@ -73,7 +72,7 @@ def run_repro(python, args):
         try:
             output, _ = proc.communicate()
         except BaseException:
-            stop(proc)
+            end_group(proc, grace=30)  # SIGTERM: the repro ends its own measured child
             raise
         report = None
         if os.path.getsize(out):
@@ -85,20 +84,6 @@ def run_repro(python, args):
         return proc.returncode, report
     finally:
         os.unlink(out)
-
-
-def stop(proc, grace=30):
-    """SIGTERM, time to clean up, then SIGKILL for whatever is left of its process group."""
-    try:
-        proc.terminate()
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def evidence(report):

@@ -10,7 +10,6 @@ import html
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 
-from .exits import UsageError
+from .exits import end_group, UsageError
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 GB = 1e9
@@ -294,8 +293,7 @@ def ensure_venv(name, requirement, index, cache, installer, needed, pre=False):
         touch(final)
     except BaseException:
         if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            end_group(proc)
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return venv_python(final)

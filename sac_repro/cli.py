@@ -17,7 +17,7 @@ import traceback
 
 from . import plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
-from .exits import EXIT_CANNOT_TEST, guarded, one_line, OutputError, raised_by_this_bundle, UsageError
+from .exits import end_group, EXIT_CANNOT_TEST, guarded, one_line, OutputError, raised_by_this_bundle, UsageError
 from .render import PROGRESS, render_markdown, render_policy_markdown, render_text
 from .verdict import LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
@@ -258,13 +258,13 @@ def run_child(script_path, args):
         try:
             rc = proc.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
-            kill_group(proc)
+            end_group(proc)
             reader.join(10)
             return {"status": "cannot_test", "show_log": True, "reason": "the torch under test "
                     "hung: no result within --timeout %gs (raise it if compilation is slow here)"
                     % args.timeout}, "".join(log)
         except BaseException:
-            kill_group(proc)
+            end_group(proc)
             raise
         reader.join(10)
         text = "".join(log)
@@ -292,14 +292,6 @@ def pass_on_progress(stream, log):
                 sys.stderr.flush()
             except (OSError, ValueError, AttributeError):
                 pass  # the guard reports the closed stream once the verdict is in
-
-
-def kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def signal_name(num):

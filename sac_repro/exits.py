@@ -47,6 +47,22 @@ def raise_on_signals():
         signal.signal(s, handler)
 
 
+def end_group(proc, grace=0):
+    """Ends a child started in a session of its own, with all it started: SIGTERM first when
+    there is time to clean up (`grace` seconds), then SIGKILL for whatever is left."""
+    if grace:
+        try:
+            proc.terminate()
+            proc.wait(grace)
+        except Exception:  # subprocess.TimeoutExpired: it had its chance
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def one_line(e):
     return " ".join(("%s: %s" % (type(e).__name__, e)).split())[:400]
 

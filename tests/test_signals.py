@@ -55,29 +55,22 @@ def gone(pid, seconds=30):
 
 @pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_the_script_ends_its_child_and_its_temp_files(tmp_path, sig, rc):
-    env = hanging_child_env(tmp_path)
-    proc = subprocess.Popen([sys.executable, SCRIPT, "--device", "cpu"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        child = wait_for(tmp_path / "child.pid")
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == rc, (out, err)
-    assert gone(child), "the measured child still runs"
-    assert os.listdir(tmp_path / "tmp") == []
+    err = signal_mid_run([sys.executable, SCRIPT, "--device", "cpu"], tmp_path, sig, rc)
     assert "interrupted" in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_a_bisect_step_ends_the_repro_it_runs(nightly_world, tmp_path, sig, rc):  # noqa: F811
-    env = hanging_child_env(tmp_path)
     git(nightly_world["repo"], "checkout", "-q", nightly_world["commits"]["06"])
-    proc = subprocess.Popen([sys.executable, BISECT, "nightly-step", "--index", str(nightly_world["wheels"]),
-                             "--cache", str(nightly_world["cache"])], cwd=nightly_world["repo"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    signal_mid_run([sys.executable, BISECT, "nightly-step", "--index", str(nightly_world["wheels"]),
+                    "--cache", str(nightly_world["cache"])], tmp_path, sig, rc, cwd=nightly_world["repo"])
+
+
+def signal_mid_run(cmd, tmp_path, sig, rc, cwd=None):
+    """Runs cmd until its measured child hangs, sends sig, and checks that it exits rc, and that
+    neither the child nor a temp file is left. Returns its stderr."""
+    proc = subprocess.Popen(cmd, env=hanging_child_env(tmp_path), cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         child = wait_for(tmp_path / "child.pid", 600)
         proc.send_signal(sig)
@@ -88,3 +81,4 @@ def test_a_signal_to_a_bisect_step_ends_the_repro_it_runs(nightly_world, tmp_pat
     assert proc.returncode == rc, (out, err)
     assert gone(child), "the measured child still runs"
     assert os.listdir(tmp_path / "tmp") == []
+    return err
