@@ -90,9 +90,10 @@ case "${1:-}" in
   -h|--help) sed -n '2,23p' "$self" | sed 's/^# \{0,1\}//'; helped=yes; exit 0 ;;
 esac
 
-[ "$(command -v "$py" 2>/dev/null)" ] || die "PYTHON=$py: no such program; set PYTHON to a Python 3.8+ that holds the torch under test"
-[ "$("$py" -c 'import sys; print("python-ok" if sys.version_info >= (3, 8) else "old")' 2>/dev/null)" = python-ok ] \
-  || die "PYTHON=$py: not a Python 3.8 or later; set PYTHON to the Python that holds the torch under test"
+if [ "$("$py" -c 'import sys; print("python-ok" if sys.version_info >= (3, 8) else "old")' 2>/dev/null)" != python-ok ]; then
+  what="not a Python 3.8 or later"; command -v "$py" >/dev/null 2>&1 || what="no such program"
+  die "PYTHON=$py: $what; set PYTHON to the Python 3.8+ that holds the torch under test"
+fi
 
 # Splits the script's options between the capture run and the judge (see the header).
 capture=() judge_opts=()

@@ -34,7 +34,7 @@ MUTANTS = [
     ("-o NAME.nsys-rep is taken as the name", 'name=${2%.nsys-rep}; name=${name%.qdrep}; shift 2', 'name=$2; shift 2'),
     ("-o into a missing folder is not refused",
      '[ -d "$folder" ] && [ -w "$folder" ] || die', '[ -d "$folder" ] || [ -w "$folder" ] || true ||  die'),
-    ("a bad PYTHON is not refused", '[ "$(command -v "$py" 2>/dev/null)" ] || die', 'true || die'),
+    ("a bad PYTHON is not refused", 'die "PYTHON=$py: $what;', 'true "PYTHON=$py: $what;'),
     ("a symlink to the wrapper is not followed", 'while [ -L "$self" ]; do', 'while false; do'),
     ("the outermost guard is gone", "trap 'rc=$?", "true 'rc=$?"),
     ("the report's '-s cpu' is never kept", "if grep -q \"'cpu'\" <<<\"$(section sample)\"; then",

@@ -464,3 +464,16 @@ def test_a_signal_to_the_wrapper_ends_the_capture(fake_tools, sig, rc):
     while os.path.exists("/proc/%d" % nsys_pid) and time.time() < deadline:
         time.sleep(0.2)
     assert not os.path.exists("/proc/%d" % nsys_pid), "the capture still runs"
+
+
+def test_a_failure_inside_the_wrapper_is_no_verdict(fake_tools, tmp_path):
+    """The outermost guard: a failure that no input reaches is injected here (through BASH_ENV, a
+    function that exits 1 in place of a builtin the wrapper runs). It must leave as 128, never
+    as 1, the code of `reproduced`."""
+    fake_tools.install("nsys", FAKE_NSYS)
+    injected = tmp_path / "inject.sh"
+    injected.write_text("export() { exit 1; }\n")
+    got, stdout, stderr, _ = fake_tools(FAKE_VERSION="2023.4.4", FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+                                        BASH_ENV=injected)
+    assert got == 128, (stdout, stderr)
+    assert "outside the verdict" in stderr
