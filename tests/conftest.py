@@ -25,6 +25,16 @@ def run(python, *args, env=None, timeout=900):
     return proc.returncode, proc.stdout, proc.stderr
 
 
+@pytest.fixture(autouse=True)
+def restore_signal_handlers():
+    """An entry point run in this process (cli.main, bisect_torch.main) installs its signal
+    handlers; the test process gets its own back afterwards."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for s, h in handlers.items():
+        signal.signal(s, h)
+
+
 def judge(*args):
     """The main script's command line in this process (fast, and visible to a mutation tool):
     (exit code, stdout, stderr). For what needs no torch: reading captures, usage errors."""
