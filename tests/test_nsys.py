@@ -454,7 +454,9 @@ def test_a_signal_to_the_wrapper_ends_the_capture(fake_tools, sig, rc):
         nsys_pid = int(pidfile.read_text())
         time.sleep(0.3)
         proc.send_signal(sig)
+        sent = time.time()
         out, err = proc.communicate(timeout=60)
+        assert time.time() - sent < 5, "the capture was not asked to stop (SIGTERM), only killed at last"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -477,3 +479,10 @@ def test_a_failure_inside_the_wrapper_is_no_verdict(fake_tools, tmp_path):
                                         BASH_ENV=injected)
     assert got == 128, (stdout, stderr)
     assert "outside the verdict" in stderr
+
+
+def test_an_ncu_that_wrote_nothing_cannot_test(fake_tools):
+    fake_tools.install("ncu", '#!/bin/bash\necho "ncu $*" >> "$FAKE_LOG"\n')
+    got, stdout, stderr, _ = fake_tools()
+    assert got == 125, stdout + stderr
+    assert "ncu wrote nothing" in stderr and "VERDICT" not in stdout
