@@ -283,8 +283,9 @@ def ensure_venv(name, requirement, index, cache, installer, needed, pre=False):
             time.sleep(0.5)
             if time.time() >= next_note + 30:
                 next_note = time.time()
-                say("  still installing %s: %.1f GB in the environment so far, %ds" % (
-                    requirement, du_bytes(partial) / GB, next_note - started))
+                store = os.path.join(cache, kind)  # uv unpacks into its store, then links
+                say("  still installing %s: %.1f GB in the environment and the %s store so far, %ds" % (
+                    requirement, (du_bytes(partial) + du_bytes(store)) / GB, kind, next_note - started))
         reader.join(5)
         if proc.returncode != 0:
             tail = "".join(l for l in output if "WARNING: Location" not in l)[-1500:]
