@@ -165,3 +165,14 @@ def test_an_nsys_report_whose_ranges_ran_no_kernels_cannot_test(fake_nsys):
 def test_an_nsys_report_that_nsys_cannot_read_aborts(fake_nsys):
     rc, stdout, stderr = fake_nsys("fail")
     assert rc == 128 and "nsys stats could not read it: ERROR: cannot open the report" in stderr
+
+
+def test_a_row_of_zero_instances_counts_nothing(tmp_path):
+    """nsys never writes one, but a zero is a count, not malformed: it adds no kernel to its range."""
+    lines = fixed_rows()
+    extra = [l.replace(",PushPop,864,864,1,1,", ",PushPop,864,864,1,0,", 1).replace("triton_poi_fused_add_mul_0", "other_kernel")
+             for l in lines if l.startswith("f_compiled_with_context 5,") and "triton_poi_fused_add_mul_0" in l]
+    assert extra and ",1,0," in extra[0]
+    path = tmp_path / "k.csv"
+    path.write_text("\n".join(lines + extra) + "\n")
+    assert judge("--from-nsys", path)[0] == 0
