@@ -347,19 +347,17 @@ def cache(args):
         say("removed %d environment%s: %s" % (len(removed), "" if len(removed) == 1 else "s", ", ".join(removed) or "-"))
     elif args.keep is not None or args.older_than is not None:
         raise UsageError("--keep and --older-than go with --prune")
-    seen = set()
-    say("cache %s (%s)" % (root, "uv's store and pip's wheel cache inside" if os.path.isdir(root) else "empty"))
-    say("%-46s %-18s %-12s %9s  %s" % ("environment", "torch", "git", "size", "last used"))
+    per_env, stores_only, total = builds.disk_usage(root)
+    say("cache %s" % root)
+    say("%-46s %-16s %-12s %9s %12s  %s" % ("environment", "torch", "git", "size", "only its own", "last used"))
     for name, path, version, git_version, used in builds.environments(root):
-        say("%-46s %-18s %-12s %7.2f GB  %s" % (name, version or "?", (git_version or "?")[:12],
-                                              builds.du_bytes(path, seen) / builds.GB,
-                                              time.strftime("%Y-%m-%d %H:%M", time.localtime(used))))
-    for store in ("uv", "pip"):
-        folder = os.path.join(root, store)
-        if os.path.isdir(folder):
-            say("%-46s %-18s %-12s %7.2f GB" % ("(%s's store, not counted above)" % store, "", "",
-                                             builds.du_bytes(folder, seen) / builds.GB))
-    say("total on disk: %.2f GB (each hard-linked file counted once)" % (builds.du_bytes(root) / builds.GB))
+        size, only = per_env.get(name, (0, 0))
+        say("%-46s %-16s %-12s %6.2f GB %9.2f GB  %s" % (
+            name, version or "?", (git_version or "?")[:12], size / builds.GB, only / builds.GB,
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(used))))
+    say("packages in the shared store that no environment links: %.2f GB (cache --prune empties them)"
+        % (stores_only / builds.GB))
+    say("total on disk: %.2f GB (each file counted once: environments share the store's files)" % (total / builds.GB))
     return 0
 
 

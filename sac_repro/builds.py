@@ -352,6 +352,33 @@ def du_bytes(path, seen=None):
     return total
 
 
+def disk_usage(cache):
+    """(per environment {name: (bytes of all its files, bytes only it holds)}, bytes of the stores'
+    files that no environment links, bytes of the whole cache): each file counted once, whatever
+    links to it, as the disk holds it."""
+    owners, sizes = {}, {}
+    for name, path, _, _, _ in environments(cache):
+        for dirpath, _, files in os.walk(path):
+            for f in files:
+                st = os.lstat(os.path.join(dirpath, f))
+                key = (st.st_dev, st.st_ino)
+                owners.setdefault(key, set()).add(name)
+                sizes[key] = st.st_blocks * 512
+    per_env = {}
+    for key, names in owners.items():
+        for name in names:
+            total, only = per_env.get(name, (0, 0))
+            per_env[name] = (total + sizes[key], only + (sizes[key] if len(names) == 1 else 0))
+    stores_only = 0
+    for store in ("uv", "pip"):
+        for dirpath, _, files in os.walk(os.path.join(cache, store)):
+            for f in files:
+                st = os.lstat(os.path.join(dirpath, f))
+                if (st.st_dev, st.st_ino) not in owners:
+                    stores_only += st.st_blocks * 512
+    return per_env, stores_only, du_bytes(cache)
+
+
 def environments(cache):
     """[(name, path, torch version, git version, last use)] of the cache's environments."""
     root = venvs_dir(cache)
