@@ -122,6 +122,10 @@ def test_a_call_seen_twice_in_an_sqlite_export_is_doubled(tmp_path):
 
 # ----------------------------------------------------------- .nsys-rep through nsys stats
 FAKE_NSYS = """#!/bin/sh
+if [ "$1" = export ]; then  # nsys export --type sqlite --force-overwrite true -o OUT REPORT
+  [ "$2 $3 $4 $5 $6" = "--type sqlite --force-overwrite true -o" ] || exit 3
+  cp "$FAKE_NSYS_SQLITE" "$7"; exit 0
+fi
 [ "$1" = stats ] || exit 3
 case "$FAKE_NSYS_MODE" in
   csv) cat "$FAKE_NSYS_CSV" ;;
@@ -142,12 +146,13 @@ def fake_nsys(tmp_path, monkeypatch):
     report = tmp_path / "capture.nsys-rep"
     report.write_bytes(b"\x00binary nsys report\x00")
 
-    def run(mode, name="capture.nsys-rep"):
+    def run(mode, name="capture.nsys-rep", *extra):
         monkeypatch.setenv("FAKE_NSYS_MODE", mode)
         monkeypatch.setenv("FAKE_NSYS_CSV", data("h200-torch2.11-fix-reverted", "nvtx_kern_sum.csv"))
+        monkeypatch.setenv("FAKE_NSYS_SQLITE", data("h200-torch2.11-fix-reverted", "capture.sqlite"))
         if name != report.name:
             shutil.copy(report, tmp_path / name)
-        return judge("--from-nsys", tmp_path / name)
+        return judge("--from-nsys", tmp_path / name, *extra)
     return run
 
 
@@ -176,3 +181,10 @@ def test_a_row_of_zero_instances_counts_nothing(tmp_path):
     path = tmp_path / "k.csv"
     path.write_text("\n".join(lines + extra) + "\n")
     assert judge("--from-nsys", path)[0] == 0
+
+
+def test_the_picture_of_an_nsys_report_comes_from_its_sqlite_export(fake_nsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    rc, stdout, stderr = fake_nsys("csv", "capture.nsys-rep", "--plot", tmp_path / "p.png")
+    assert rc == 1, stderr
+    assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
