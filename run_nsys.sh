@@ -87,7 +87,7 @@ judge() {
 }
 
 case "${1:-}" in
-  -h|--help) sed -n '2,23p' "$self" | sed 's/^# \{0,1\}//'; helped=yes; exit 0 ;;
+  -h|--help) sed -n '2,23p' "$self" | sed 's/^# \{0,1\}//' || exit 128; helped=yes; exit 0 ;;
 esac
 
 if [ "$("$py" -c 'import sys; print("python-ok" if sys.version_info >= (3, 8) else "old")' 2>/dev/null)" != python-ok ]; then

@@ -33,6 +33,16 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError("%s (see --help)" % message)
 
+    def _print_message(self, message, file=None):
+        """argparse swallows a failed write of --help; here it is output not delivered (128)."""
+        if message:
+            try:
+                file = file or sys.stdout
+                file.write(message)
+                file.flush()
+            except (OSError, AttributeError) as e:
+                raise OutputError("cannot write the help: %s" % (getattr(e, "strerror", None) or e))
+
 
 def positive_float(text):
     try:

@@ -81,7 +81,12 @@ def guarded(body, whose):
     signal. Output is flushed here, so a closed pipe is caught here and not at interpreter exit."""
     raise_on_signals()
     try:
-        code = body()
+        try:
+            code = body()
+        except SystemExit as e:  # argparse's --help: delivered only if it could be written
+            if e.code not in (0, None):
+                raise
+            code = 0
         for stream in (sys.stdout, sys.stderr):
             if stream is None:
                 raise OutputError("cannot write the report: standard output or error is closed")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import data, judge, run, SCRIPT
+from conftest import data, judge, ROOT, run, SCRIPT
 
 FIXED_SQLITE = data("h200-torch2.11", "full_capture.sqlite")
 REVERTED_SQLITE = data("h200-torch2.11-fix-reverted", "capture.sqlite")
@@ -214,3 +214,36 @@ def test_the_sqlite_reader_opens_read_only(tmp_path):
     assert judge("--from-nsys", str(path))[0] == 0
     assert path.read_bytes() == before
     sqlite3.connect(str(path)).close()
+
+
+@pytest.mark.parametrize("cmd", [
+    ["bisect_torch.py", "releases", "2.12.0", "2.8.0"],
+    ["bisect_torch.py", "--help"],
+    ["run_nsys.sh", "--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv")],
+    ["run_nsys.sh", "--help"],
+], ids=["bisect-usage-error", "bisect-help", "wrapper-verdict", "wrapper-help"])
+def test_the_other_entry_points_on_closed_pipes(cmd):
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    os.close(r_out)
+    os.close(r_err)
+    runner = ["bash"] if cmd[0].endswith(".sh") else [sys.executable]
+    try:
+        proc = subprocess.run(runner + [os.path.join(ROOT, cmd[0])] + cmd[1:], stdout=w_out, stderr=w_err,
+                              env=dict(os.environ, PYTHON=sys.executable), timeout=120)
+    finally:
+        os.close(w_out)
+        os.close(w_err)
+    assert proc.returncode == 128
+
+
+@pytest.mark.parametrize("entry", ["bisect_torch.py", "run_nsys.sh"])
+def test_the_other_entry_points_copied_alone_abort(tmp_path, entry):
+    shutil.copy(os.path.join(ROOT, entry), tmp_path / entry)
+    runner = ["bash"] if entry.endswith(".sh") else [sys.executable]
+    proc = subprocess.run(runner + [str(tmp_path / entry), "--help"], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHON=sys.executable))
+    if entry.endswith(".sh"):
+        proc = subprocess.run(runner + [str(tmp_path / entry), "--report", "x.csv"], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHON=sys.executable))
+    assert proc.returncode == 128 and "copy the bundle's whole folder" in proc.stderr, proc.stderr
