@@ -130,7 +130,7 @@ def nightly_of(rev):
 
 
 def install_nightly(day, args, expect=None):
-    """(python, wheel, git version) of the nightly built on `day`. With `expect` (the commits a
+    """(day, python, wheel, git version) of the nightly built on `day` (or the latest). With `expect` (the commits a
     bisect step may be), a wheel of another commit is rejected before the repro runs: from a
     folder before it is installed, from a URL right after, and its environment removed."""
     index = builds.nightly_index(args.variant, args.index)
@@ -140,21 +140,21 @@ def install_nightly(day, args, expect=None):
     found = builds.wheels_for_date(wheels, day)
     if not found:
         raise Untestable("no torch wheel for %s and %s on %s (nightlies are pruned after about 60 "
-                         "days)" % (day, builds.python_tag(), index), day)
+                         "days)" % (day, builds.python_tag(), index))
     wheel, version = found[0]
     if len(found) > 1:
         say("several wheels for %s; taking %s over %s" % (day, wheel, ", ".join(w for w, _ in found[1:])))
     local = None if builds.is_url(index) else wheels[wheel]
     built_from = builds.wheel_git_version(local) if local else None
     if expect and local and built_from not in expect:
-        raise Untestable(wrong_wheel(built_from, expect), day, wheel, built_from)
+        raise Untestable(wrong_wheel(built_from, expect), wheel, built_from)
     cache = builds.cache_dir(args.cache)
     python = builds.ensure_venv(wheel[:-4], "torch==%s" % version, index, cache, args.installer,
                                 builds.needed_bytes(local, args.variant or "cpu", index), pre=True)
     built_from = builds.installed_git_version(os.path.dirname(os.path.dirname(python))) or built_from
     if expect and built_from not in expect:
         builds.remove_venv(python)
-        raise Untestable(wrong_wheel(built_from, expect), day, wheel, built_from)
+        raise Untestable(wrong_wheel(built_from, expect), wheel, built_from)
     return day, python, wheel, built_from
 
 
@@ -171,8 +171,7 @@ def nightly_step(args):
         _, python, wheel, built_from = install_nightly(day, args, expect=(head, main_sha))
         _, report = run_repro(python, args)
     except Untestable as e:
-        wheel, built_from = (e.args[2], e.args[3]) if len(e.args) > 3 else ("-", None)
-        say(step_line(day, wheel, built_from, "cannot_test", "skip (125)", e.args[0]))
+        say(step_line(day, e.wheel, e.built_from, "cannot_test", "skip (125)", e.args[0]))
         return EXIT_CANNOT_TEST
     exit_code = TERMS[args.terms][report["verdict"]]
     say(step_line(day, wheel, built_from, report["verdict"], "exit %d" % exit_code, evidence(report)))

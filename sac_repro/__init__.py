@@ -4,7 +4,7 @@ bench_sac_compile.py, one concern per module, in the order the data flows:
     exits     exit codes (the `git bisect run` contract), signals, and the guard of every entry point
     cli       the main script's command line: the child process, or a capture read
     measure   the child: runs the report's code and the scenarios under torch.profiler
-    captures  nsys and ncu captures read into (range, kernel) rows
+    captures  nsys and ncu captures read into NVTX ranges and the kernels in each
     verdict   the kernel classifier, each call judged, the policy check
     render    the text and markdown reports (policy_snippet: the code the policy report pastes)
     plot      --plot: pictures drawn from the judged report (matplotlib, imported only then)

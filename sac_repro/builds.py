@@ -30,7 +30,12 @@ LAST_USED = ".last-used"
 
 
 class Untestable(Exception):
-    """This build cannot be tested: skip it (125), never guess."""
+    """This build cannot be tested: skip it (125), never guess. `wheel` and `built_from` say which
+    wheel it was and the commit it names, where they were read before the build was given up."""
+
+    def __init__(self, message, wheel="-", built_from=None):
+        super().__init__(message)
+        self.wheel, self.built_from = wheel, built_from
 
 
 def say(msg):

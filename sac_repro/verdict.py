@@ -1,5 +1,6 @@
-"""The verdict, from what ran, call by call: the kernel classifier, the judging of each call, the
-policy check, and the exit codes that `git bisect run` reads. Stdlib only: it never imports torch.
+"""The verdict, from what ran, call by call: the kernel classifier, the judging of each call and
+of each capture's ranges, and the policy check. Exit codes live in exits.py. Stdlib only: it never
+imports torch.
 
 Every path (torch.profiler in the child, nsys, ncu) hands over the same thing: per scenario, the
 names of what ran in each call (ops, profiler labels, kernels). Each call is judged on its own.
