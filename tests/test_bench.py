@@ -8,7 +8,7 @@ import sys
 
 from conftest import ROOT
 
-BENCH = os.path.join(ROOT, "bench_sac_compile.py")
+BENCH = os.path.join(ROOT, "tools", "bench_sac_compile.py")
 ARRANGEMENTS = ("eager", "eager SAC", "compiled, no checkpoint", "sac(compile(block)) [reported]",
                 "compile(sac(block)) [workaround]", "sac(compile(block, wrap_inductor_compiled_regions))")
 

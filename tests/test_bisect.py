@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT
 
-BISECT = os.path.join(ROOT, "bisect_torch.py")
+BISECT = os.path.join(ROOT, "tools", "bisect_torch.py")
 PYTAG = "cp%d%d" % sys.version_info[:2]
 
 STUB_INIT = '''

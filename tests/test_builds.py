@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT
 from test_bisect import build_stub_wheel, PYTAG
 
-BISECT = os.path.join(ROOT, "bisect_torch.py")
+BISECT = os.path.join(ROOT, "tools", "bisect_torch.py")
 DEP = "sacstubdep"
 
 

@@ -217,8 +217,8 @@ def test_the_sqlite_reader_opens_read_only(tmp_path):
 
 
 @pytest.mark.parametrize("cmd", [
-    ["bisect_torch.py", "releases", "2.12.0", "2.8.0"],
-    ["bisect_torch.py", "--help"],
+    ["tools/bisect_torch.py", "releases", "2.12.0", "2.8.0"],
+    ["tools/bisect_torch.py", "--help"],
     ["run_nsys.sh", "--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv")],
     ["run_nsys.sh", "--help"],
 ], ids=["bisect-usage-error", "bisect-help", "wrapper-verdict", "wrapper-help"])
@@ -237,13 +237,14 @@ def test_the_other_entry_points_on_closed_pipes(cmd):
     assert proc.returncode == 128
 
 
-@pytest.mark.parametrize("entry", ["bisect_torch.py", "run_nsys.sh"])
+@pytest.mark.parametrize("entry", ["tools/bisect_torch.py", "run_nsys.sh"])
 def test_the_other_entry_points_copied_alone_abort(tmp_path, entry):
-    shutil.copy(os.path.join(ROOT, entry), tmp_path / entry)
+    alone = tmp_path / os.path.basename(entry)
+    shutil.copy(os.path.join(ROOT, entry), alone)
     runner = ["bash"] if entry.endswith(".sh") else [sys.executable]
-    proc = subprocess.run(runner + [str(tmp_path / entry), "--help"], capture_output=True, text=True,
+    proc = subprocess.run(runner + [str(alone), "--help"], capture_output=True, text=True,
                           env=dict(os.environ, PYTHON=sys.executable))
     if entry.endswith(".sh"):
-        proc = subprocess.run(runner + [str(tmp_path / entry), "--report", "x.csv"], capture_output=True, text=True,
+        proc = subprocess.run(runner + [str(alone), "--report", "x.csv"], capture_output=True, text=True,
                               env=dict(os.environ, PYTHON=sys.executable))
     assert proc.returncode == 128 and "copy the bundle's whole folder" in proc.stderr, proc.stderr

@@ -45,7 +45,7 @@ def support_path(tmp_path):
 def outcomes(python, tmp_path, extra_path=()):
     """{test: 'pass' | ('fail', message) | ('skip', reason)} for the CPU tests, run in `python`."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="",
-               PYTHONPATH=os.pathsep.join([ROOT, support_path(tmp_path)] + list(extra_path)))
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tools"), support_path(tmp_path)] + list(extra_path)))
     proc = subprocess.run([python, "-c", RUNNER], capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
     line = next((l for l in proc.stdout.splitlines() if l.startswith("OUTCOMES ")), None)
     assert line, proc.stdout[-2000:] + proc.stderr[-3000:]

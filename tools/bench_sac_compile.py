@@ -2,10 +2,10 @@
 """What the bug costs at a realistic size: a stack of transformer MLP blocks, each checkpointed
 with the report's kind of policy (save the matmuls, recompute the rest), in six arrangements.
 
-    python bench_sac_compile.py                       # one GPU: hidden 4096, 16k tokens, bf16
-    torchrun --nproc-per-node 2 bench_sac_compile.py --fsdp   # sharded with FSDP2, 16k tokens per rank
-    python bench_sac_compile.py --device cpu --small  # smoke test: runs everything, no timing claims
-    torchrun --nproc-per-node 2 bench_sac_compile.py --fsdp --device cpu --small   # the same, gloo
+    python tools/bench_sac_compile.py                       # one GPU: hidden 4096, 16k tokens, bf16
+    torchrun --nproc-per-node 2 tools/bench_sac_compile.py --fsdp   # sharded with FSDP2, 16k tokens per rank
+    python tools/bench_sac_compile.py --device cpu --small  # smoke test: runs everything, no timing claims
+    torchrun --nproc-per-node 2 tools/bench_sac_compile.py --fsdp --device cpu --small   # the same, gloo
 
 The arrangements are built as sharded-training code builds them: `checkpoint_wrapper` with the SAC
 `context_fn`, `torch.compile` per block, and with --fsdp `fully_shard` per block and at the root
@@ -30,8 +30,9 @@ import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-from sac_repro import plot
-from sac_repro.measure import backward_matmuls, fresh_code
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # sac_repro/
+from sac_repro import plot  # noqa: E402
+from sac_repro.measure import backward_matmuls, fresh_code  # noqa: E402
 
 MATMULS = [torch.ops.aten.mm.default]
 WORKAROUND = "compile(sac(block)) [workaround]"

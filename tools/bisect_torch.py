@@ -3,22 +3,22 @@
 
 One nightly, or today's, without a clone (the first question on any report):
 
-    python bisect_torch.py nightly latest               # or a date: nightly 2025-09-07
+    python tools/bisect_torch.py nightly latest               # or a date: nightly 2025-09-07
 
 Nightlies, inside a clone of pytorch/pytorch on its `nightly` branch (one commit per nightly):
 
     git bisect start --term-old broken --term-new fixed <fixed-nightly> <broken-nightly>
-    git bisect run python /path/to/bisect_torch.py nightly-step
-    python /path/to/bisect_torch.py nightly-range        # the main-branch commits to read
+    git bisect run python /path/to/tools/bisect_torch.py nightly-step
+    python /path/to/tools/bisect_torch.py nightly-range        # the main-branch commits to read
 
 Released versions, where nightlies have been pruned (PyPI, or PyTorch's index with --variant):
 
-    python bisect_torch.py releases 2.8.0 2.12.0 [--variant cpu]
-    python bisect_torch.py matrix 2.4.1 2.9.1 2.10.0 latest   # every one given, no search
+    python tools/bisect_torch.py releases 2.8.0 2.12.0 [--variant cpu]
+    python tools/bisect_torch.py matrix 2.4.1 2.9.1 2.10.0 latest   # every one given, no search
 
 The cache of environments (one per build) and its shared store of packages:
 
-    python bisect_torch.py cache [--prune --keep N | --prune --older-than DAYS]
+    python tools/bisect_torch.py cache [--prune --keep N | --prune --older-than DAYS]
 
 `nightly-step` exits as `git bisect run` wants: 0 for the old term, 1 for the new, 125 to skip a
 nightly that cannot be tested (no wheel for that date, a wheel of another commit, an install
@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # sac_repro/
 try:
     from sac_repro import builds
     from sac_repro.builds import say, Untestable
@@ -53,8 +54,8 @@ except Exception as e:  # copied without its package, say: abort a bisect, never
     finally:
         os._exit(128)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPRO = os.path.join(HERE, "torch_compile_selective_activation_checkpoint.py")
+BUNDLE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+REPRO = os.path.join(BUNDLE, "torch_compile_selective_activation_checkpoint.py")
 NIGHTLY_SUBJECT = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) nightly release \(([0-9a-f]{40})\)")
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}$")
 
