@@ -2,20 +2,9 @@
 """A torch.compile'd function called inside selective activation checkpointing (SAC) runs
 eagerly: no Inductor kernels run (pytorch/pytorch#161889).
 
-    python torch_compile_selective_activation_checkpoint.py [--device auto|cuda|cpu]
-        [--json PATH] [--markdown] [--strict-policy] [--hunt-fix] [--timeout S] [--loops-only]
-    python torch_compile_selective_activation_checkpoint.py --from-nsys REPORT.nsys-rep|.sqlite|.csv
-    python torch_compile_selective_activation_checkpoint.py --from-ncu NCU_PER_NVTX.txt
-
 This file is the report's code, then the scenarios that judge it. Run it and the report's code
 runs in a child process under torch.profiler; the verdict comes from what ran there, call by call.
-
-Exit codes (the `git bisect run` contract):
-    0    not reproduced: every call under SAC ran compiled code, and so did every control call
-    1    reproduced: every control call ran compiled code, and at least one call under SAC ran eagerly
-    125  cannot test this build: no SAC API, no such device, torch crashed, hung or failed to
-         import, a control call ran no compiled code, or the evidence settles neither way
-    128  usage error or a bug in this bundle: aborts a bisect, never passes as a verdict
+Or judge a capture of the report's loops: --from-nsys, --from-ncu (run_nsys.sh makes one).
 """
 import sys
 
@@ -24,7 +13,7 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # sac_repro/, wherever called from
     try:
         from sac_repro import cli  # never imports torch: a crash of the torch under test becomes 125
-    except Exception as e:  # copied without its package, say: abort a bisect, never pass as 1
+    except Exception as e:  # copied without its package: abort a bisect (exits.EXIT_ABORT, unreachable here)
         try:
             print("error: cannot import sac_repro beside %s (%s): copy the bundle's whole folder" % (
                 __file__, e), file=sys.stderr)
@@ -110,10 +99,17 @@ if device == "cuda":  # [added] close the capture range
 
 # ==== the scenarios ================================================================================
 # Each runs after the report's loops, in the same process, a few calls under torch.profiler. The
-# verdict needs the first two; the others show what the fix leaves open and what to do instead.
+# verdict needs the control and the case; the others show what the fix leaves open and what to do
+# instead. Their names and what each shows are sac_repro/verdict.py's SCENARIOS.
 import torch._inductor.config  # noqa: E402
 
 from sac_repro.measure import fresh_code  # noqa: E402
+from sac_repro.verdict import (  # noqa: E402
+    AFTER_SAC, CASE, CONTROL, EAGER_SAC, NO_CHECKPOINT, WORKAROUND, WRAPPED)
+
+# The names of the report's block that sac_repro/measure.py reads: the block must keep them.
+REPORT_NAMES = ("device", "policy_fn", "context_fn", "create_selective_checkpoint_contexts",
+                "checkpoint_fn_with_context", "f_compiled")
 
 
 def sac_of_f(x, y):
@@ -125,24 +121,16 @@ def sac_of_f(x, y):
 f_control = torch.compile(fresh_code(f), fullgraph=True, dynamic=True)
 f_sac_compiled = torch.compile(sac_of_f, fullgraph=True)  # as the README's workaround spells it
 
-# name: (what it shows, what it calls)
 SCENARIOS = {
-    "without_context": ("control: f compiled as reported, under a plain checkpoint",
-                        lambda: checkpoint_fn_without_context(f_control, x, y)),
-    "with_context": ("the report's case: the report's own f_compiled under SAC",
-                     lambda: checkpoint_fn_with_context(f_compiled, x, y)),
-    "workaround": ("the checkpoint inside the compiled region: PyTorch's supported arrangement",
-                   lambda: f_sac_compiled(x, y)),
-    "without_context_after_sac": ("the report's f_compiled again without SAC: did the skip stick?",
-                                  lambda: checkpoint_fn_without_context(f_compiled, x, y)),
-    "eager_sac": ("policy control: SAC around the eager f saves the matmul",
-                  lambda: sac_of_f(x, y)),
-    "compiled_no_checkpoint": ("policy control: no checkpoint, nothing recomputed",
-                               lambda: f_control(x, y)),
+    CONTROL: lambda: checkpoint_fn_without_context(f_control, x, y),
+    CASE: lambda: checkpoint_fn_with_context(f_compiled, x, y),
+    WORKAROUND: lambda: f_sac_compiled(x, y),
+    AFTER_SAC: lambda: checkpoint_fn_without_context(f_compiled, x, y),
+    EAGER_SAC: lambda: sac_of_f(x, y),
+    NO_CHECKPOINT: lambda: f_control(x, y),
 }
 # For --policy-report only (2.10 and later): the option that shows SAC the compiled region as one op.
 if hasattr(torch._inductor.config, "wrap_inductor_compiled_regions"):
     f_wrapped = torch.compile(fresh_code(f), fullgraph=True, dynamic=True,
                               options={"wrap_inductor_compiled_regions": True})
-    SCENARIOS["with_context_wrapped"] = ("f compiled with wrap_inductor_compiled_regions, under SAC",
-                                         lambda: checkpoint_fn_with_context(f_wrapped, x, y))
+    SCENARIOS[WRAPPED] = lambda: checkpoint_fn_with_context(f_wrapped, x, y)

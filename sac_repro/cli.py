@@ -17,7 +17,8 @@ import traceback
 
 from . import plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
-from .exits import end_group, EXIT_CANNOT_TEST, guarded, one_line, OutputError, raised_by_this_bundle, UsageError
+from .exits import (codes_help, end_group, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
+                    OutputError, raised_by_this_bundle, UsageError)
 from .render import PROGRESS, render_markdown, render_policy_markdown, render_text
 from .verdict import LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
@@ -55,8 +56,8 @@ def positive_float(text):
 
 
 def parse_args(argv, doc):
-    p = Parser(prog="torch_compile_selective_activation_checkpoint.py", description=doc.split("\n\n")[0],
-               epilog=doc.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="torch_compile_selective_activation_checkpoint.py", description=doc,
+               epilog=codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="auto: cuda when available, else cpu")
     p.add_argument("--json", metavar="PATH", help="also write the verdict and evidence as JSON "
@@ -124,7 +125,7 @@ def main(script_path, argv=None):
 
 def check_options(argv):
     """For run_nsys.sh: are these the script's options? 0, or a usage error (128) before any capture."""
-    return guarded(lambda: parse_args(argv, __doc__ + "\n\n") and 0, "this bundle")
+    return guarded(lambda: parse_args(argv, __doc__) and EXIT_OK, "this bundle")
 
 
 def run(script_path, argv):
@@ -216,7 +217,7 @@ def loops_only_exit(raw):
         return EXIT_CANNOT_TEST
     emit("ran the report's two loops on %s (torch %s); judge them with --from-nsys or --from-ncu"
          % (raw["env"]["device"], raw["env"]["torch"]))
-    return 0
+    return EXIT_OK
 
 
 def child(script_path, args):
@@ -239,7 +240,7 @@ def child(script_path, args):
 def write_child_result(path, result):
     with open(path, "w") as fh:
         json.dump(result, fh)
-    return 0
+    return EXIT_OK
 
 
 def run_child(script_path, args):

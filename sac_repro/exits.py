@@ -1,23 +1,40 @@
 """Exit codes, the contract with `git bisect run`, in one place; and the guard that every entry
 point runs inside, so that nothing but a judged verdict ever exits 0 or 1.
-
-    0    not reproduced       git bisect: the old term (good)
-    1    reproduced           git bisect: the new term (bad)
-    125  cannot test          git bisect: skip this build (the torch under test failed, or cannot show the bug)
-    128  usage error, output that could not be written, or a bug here: aborts a bisect
-    128+n  ended by signal n (130 for Ctrl-C): aborts a bisect too
 """
 import os
 import signal
 import sys
 
 EXIT_NOT_REPRODUCED, EXIT_REPRODUCED, EXIT_CANNOT_TEST, EXIT_ABORT = 0, 1, 125, 128
-# The exit code of each verdict, for each way of bisecting. `git bisect run` reads 0 as the old
-# term and 1 as the new one; 125 skips the build.
+EXIT_OK = 0  # no verdict was asked for and the job is done: --help, --loops-only, a listing
+# The contract, one row per code: what --help says, and what the README's table must say.
+CODES = (
+    (EXIT_NOT_REPRODUCED, "not_reproduced",
+     "every call of the control and every call under SAC ran compiled code (git bisect: good, the old term)"),
+    (EXIT_REPRODUCED, "reproduced",
+     "every call of the control ran compiled code, and at least one call under SAC ran eagerly (bad, the new term)"),
+    (EXIT_CANNOT_TEST, "cannot_test",
+     "this build cannot show the bug: no SAC API, no such device, torch crashed, hung or failed to "
+     "import, a control call ran no compiled code, or the evidence settles nothing (skip)"),
+    (EXIT_ABORT, "-", "usage error, output that could not be written, or a bug in this bundle (aborts a bisect); "
+     "128+n: ended by signal n"),
+)
+# The exit code of each verdict, for each way of bisecting: --hunt-fix swaps 0 and 1, for
+# `git bisect start --term-old broken --term-new fixed`.
 TERMS = {
-    "regression": {"not_reproduced": 0, "reproduced": 1, "cannot_test": 125},  # good/bad (default)
-    "fix": {"reproduced": 0, "not_reproduced": 1, "cannot_test": 125},  # --term-old broken --term-new fixed
+    "regression": {"not_reproduced": EXIT_NOT_REPRODUCED, "reproduced": EXIT_REPRODUCED, "cannot_test": EXIT_CANNOT_TEST},
+    "fix": {"reproduced": EXIT_NOT_REPRODUCED, "not_reproduced": EXIT_REPRODUCED, "cannot_test": EXIT_CANNOT_TEST},
 }
+
+
+def codes_help():
+    """The exit codes as --help prints them."""
+    import textwrap
+    return "exit codes (the `git bisect run` contract; --hunt-fix swaps 0 and 1):\n" + "\n".join(
+        textwrap.fill(meaning, 100, initial_indent="  %-4d %-15s " % (code, verdict), subsequent_indent=" " * 23)
+        for code, verdict, meaning in CODES)
+
+
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -100,10 +117,10 @@ def guarded(body, whose):
         say_error("error: cannot write the report: %s" % e.strerror)
     except Interrupted as e:
         say_error("interrupted by %s: stopped what it had started, no verdict" % signal.Signals(e.signum).name)
-        return 128 + e.signum
+        return EXIT_ABORT + e.signum
     except KeyboardInterrupt:
         say_error("interrupted by SIGINT: stopped what it had started, no verdict")
-        return 128 + signal.SIGINT
+        return EXIT_ABORT + signal.SIGINT
     except Exception as e:
         say_error("internal error (a bug in %s, not a verdict): %s" % (whose, one_line(e)))
     finally:

@@ -18,9 +18,9 @@ import types
 
 import torch
 
-from .exits import Interrupted, one_line, raised_by_this_bundle
+from .exits import EXIT_OK, Interrupted, one_line, raised_by_this_bundle
 from .render import PROGRESS, REPORT_END
-from .verdict import CASE, classify_kernel, CONTROL, CPU_MATMUL_OPS, POLICY_REPORT_ONLY, refused_to_run_eagerly
+from .verdict import CASE, classify, CONTROL, CPU_MATMUL_OPS, NO_POLICY_CHECK, POLICY_REPORT_ONLY, refused_to_run_eagerly, SCENARIOS
 
 PROFILED_CALLS = 3  # each judged on its own: one compiled call must not hide two eager ones
 TIMED_CALLS = 20
@@ -80,6 +80,9 @@ def run_script(path, result):
         progress("a loop raised: " + result["loops_error"])
     padding = "\n" * report_part.count("\n")  # keeps the line numbers of tracebacks right
     exec(compile(padding + REPORT_END + scenario_part, path, "exec"), namespace)
+    missing = [name for name in namespace["REPORT_NAMES"] if name not in namespace]
+    if missing:  # an edit of the report's block lost what the measurement reads: ours, not torch's
+        raise KeyError("the report's block no longer defines %s (the main script's REPORT_NAMES)" % ", ".join(missing))
     return namespace
 
 
@@ -158,7 +161,7 @@ def backward_matmuls(forward, device):
     events = prof.events()
     if device == "cuda":
         return sum(1 for e in events
-                   if not str(e.device_type).endswith("CPU") and classify_kernel(e.name) == "cublas")
+                   if not str(e.device_type).endswith("CPU") and classify(e.name).family == "cublas")
     computed = 0
     for e in events:
         if e.name not in CPU_MATMUL_OPS:
@@ -217,9 +220,13 @@ def measure(path, device, loops_only, policy_report, timeline, result):
     gc.disable()
     policy_seen = record_policy_calls(namespace)
     scenarios = result["scenarios"] = {}
-    chosen = {name: entry for name, entry in namespace["SCENARIOS"].items()
-              if policy_report or name not in POLICY_REPORT_ONLY}
-    for name, (shows, step) in chosen.items():
+    calls = namespace["SCENARIOS"]
+    unknown = set(calls) - set(SCENARIOS)
+    if unknown:
+        raise KeyError("the main script calls scenarios that sac_repro/verdict.py does not know: %s" % sorted(unknown))
+    chosen = {name: calls[name] for name in SCENARIOS
+              if name in calls and (policy_report or name not in POLICY_REPORT_ONLY)}
+    for name, step in chosen.items():
         progress("scenario %s: %d profiled calls" % (name, PROFILED_CALLS))
         try:
             scenarios[name] = measure_scenario(step, device, policy_seen, timeline)
@@ -227,11 +234,11 @@ def measure(path, device, loops_only, policy_report, timeline, result):
             if name in (CONTROL, CASE):
                 raise
             scenarios[name] = {"calls": [], "error": one_line(e)}  # a side scenario must not hide the verdict
-        scenarios[name]["shows"] = shows
+        scenarios[name]["shows"] = SCENARIOS[name]
     progress("policy check: one profiled backward per scenario")
-    for name, (_, step) in chosen.items():
+    for name, step in chosen.items():
         entry = scenarios[name]
-        if name == "without_context_after_sac" or "error" in entry or any("refused" in c for c in entry["calls"]):
+        if name in NO_POLICY_CHECK or "error" in entry or any("refused" in c for c in entry["calls"]):
             continue
         try:
             entry["backward_matmuls"] = backward_matmuls(step, device)
@@ -259,4 +266,4 @@ def child_main(path, out_path, device_arg, loops_only, policy_report, timeline):
                       reason=one_line(e), traceback=traceback.format_exc())
     with open(out_path, "w") as fh:
         json.dump(result, fh)
-    return 0
+    return EXIT_OK

@@ -12,7 +12,7 @@ tests compare with what the verdict used.
 """
 import os
 
-from .verdict import CASE, CLASSES, class_of, CONTROL, LOOPS, POLICY_SUBJECTS
+from .verdict import CASE, CLASSES, classify, CONTROL, LOOPS, POLICY_SUBJECTS
 
 COLOURS = {"compiled": "#2b8a3e", "eager": "#e8590c", "matmul": "#1c7ed6", "other": "#ced4da"}
 LABELS = {"compiled": "compiled code (Inductor kernels, compiled regions)", "eager": "f's eager ops and kernels",
@@ -69,7 +69,7 @@ def profiler_series(report):
     for name, s in report["scenarios"].items():
         calls = []
         for kind, timeline in zip(s["calls"], s.get("timelines") or [None] * len(s["calls"])):
-            segments = [(class_of(n), start, dur, lane) for n, start, dur, lane in (timeline or [])]
+            segments = [(classify(n).cls, start, dur, lane) for n, start, dur, lane in (timeline or [])]
             counts = {}
             for c, _, _, _ in segments:
                 counts[c] = counts.get(c, 0) + 1
@@ -170,7 +170,7 @@ def timeline_series(timeline):
     out = {s: [] for s in LOOPS.values()}
     for r in timeline:
         out[r["scenario"]].append((r["index"], r["start"], r["end"],
-                                   [(class_of(k), ks, ke) for k, ks, ke in r["kernels"]]))
+                                   [(classify(k).cls, ks, ke) for k, ks, ke in r["kernels"]]))
     return out
 
 

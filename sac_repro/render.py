@@ -3,7 +3,7 @@ issue: the report's code as run, expected and actual, the evidence, then collect
 """
 import os
 
-from .verdict import abridge, CASE, classify_kernel, DYNAMO_HINT, eager_label, LOOP_CALLS, LOOPS, WRAPPED
+from .verdict import abridge, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, WORKAROUND, WRAPPED
 
 PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
 REPORT_BEGIN = "# ==== the report's code"
@@ -53,7 +53,7 @@ def loop_kernel_lines(report):
         out.append("%s <0..%d>: %d ranges with kernels, %d ran compiled code, %d ran eagerly" % (
             range_name, LOOP_CALLS - 1, len(s["calls"]), s["compiled_calls"], s["eager_calls"]))
         for k, n in sorted(s["kernel_counts"].items(), key=lambda kv: (-kv[1], kv[0])):
-            out.append("  %5d x %-12s %s" % (n, classify_kernel(k), abridge(k, 100)))
+            out.append("  %5d x %-12s %s" % (n, classify(k).family, abridge(k, 100)))
     return out
 
 
@@ -68,7 +68,7 @@ def policy_lines(policy):
         if policy.get("device") == "cpu":
             word[None] += " (on CPU only matmuls inside compiled code can be counted)"
         parts = []
-        for name in (CASE, "workaround"):
+        for name in (CASE, WORKAROUND):
             n, verdict = c.get(name), word[policy["%s_matmul_recomputed_in_backward" % name]]
             parts.append("%s %s" % (name, verdict) if n is None else "%s %s -> %s" % (name, n, verdict))
         out = ["policy (MUST_SAVE aten.mm), matmuls computed in one backward: %d where the forward "
@@ -76,7 +76,7 @@ def policy_lines(policy):
     seen = policy.get("ops_seen") or {}
     if seen:
         out.append("policy was asked about: " + "; ".join(
-            "%s %s" % (name, ops_asked(seen[name])) for name in (CASE, "eager_sac", "workaround") if name in seen))
+            "%s %s" % (name, ops_asked(seen[name])) for name in (CASE, EAGER_SAC, WORKAROUND) if name in seen))
     for name, error in (policy.get("backward_errors") or {}).items():
         out.append("policy: backward of %s raised %s" % (name, error))
     return out

@@ -6,99 +6,96 @@ Every path (torch.profiler in the child, nsys, ncu) hands over the same thing: p
 names of what ran in each call (ops, profiler labels, kernels). Each call is judged on its own.
 """
 import collections
+import functools
 import re
 
 from .exits import TERMS
 
-# ----------------------------------------------------------------------------- what ran
-CONTROL, CASE = "without_context", "with_context"
+# ----------------------------------------------------------------------------- the scenarios
+# The one table of scenarios, in the order they run and print: name -> what it shows. The main
+# script gives each its call under the same name; the judge and the reports read the roles below.
+SCENARIOS = {
+    "without_context": "control: f compiled as reported, under a plain checkpoint",
+    "with_context": "the report's case: the report's own f_compiled under SAC",
+    "workaround": "the checkpoint inside the compiled region: PyTorch's supported arrangement",
+    "without_context_after_sac": "the report's f_compiled again without SAC: did the skip stick?",
+    "eager_sac": "policy control: SAC around the eager f saves the matmul",
+    "compiled_no_checkpoint": "policy control: no checkpoint, nothing recomputed",
+    "with_context_wrapped": "f compiled with wrap_inductor_compiled_regions, under SAC (2.10 and later)",
+}
+CONTROL, CASE, WORKAROUND, AFTER_SAC, EAGER_SAC, NO_CHECKPOINT, WRAPPED = SCENARIOS
 # The report's NVTX ranges, "f_compiled_with_context 17": which scenario each loop is.
 LOOPS = {"f_compiled_without_context": CONTROL, "f_compiled_with_context": CASE}
 LOOP_CALLS = 50
 # Policy check: scenarios that save the forward matmul, and the one that recomputes it.
-POLICY_SAVES = ("eager_sac", "compiled_no_checkpoint")
+POLICY_SAVES = (EAGER_SAC, NO_CHECKPOINT)
 POLICY_RECOMPUTES = (CONTROL,)
-# The arrangements the policy check judges; the last is measured only for --policy-report (2.10+).
-WRAPPED = "with_context_wrapped"
-POLICY_SUBJECTS = (CASE, "workaround", WRAPPED)
+# The arrangements the policy check judges; the last is measured only for --policy-report.
+POLICY_SUBJECTS = (CASE, WORKAROUND, WRAPPED)
 POLICY_REPORT_ONLY = (WRAPPED,)
+# A call of f after SAC, judged only for the table: its backward would repeat the control's.
+NO_POLICY_CHECK = (AFTER_SAC,)
 
+# ----------------------------------------------------------------------------- the classifier
 # Profiler labels that exist only when compiled code runs: Dynamo's frame, AOTAutograd's
 # autograd.Function, Inductor's graph call (emitted only while profiling).
 COMPILED_REGION_LABELS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph")
 # The report's f is two multiplies and two adds; run eagerly they show up one op (and kernel) each.
 EAGER_POINTWISE_OPS = ("aten::mul", "aten::add")
+EAGER_POINTWISE_KERNELS = re.compile(r"MulFunctor|AddFunctor|CUDAFunctorOnSelf_add|CUDAFunctor_add")
 CPU_MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+# Who made a kernel, the first that matches. Inductor names its kernels in torch/_inductor/codegen
+# (triton_{poi,red,per,tem}_fused_*, `triton_` with unique names off, cpp_fused_* on CPU). Matmul
+# library names vary with GPU and cuBLAS version: families, never exact names. nsys and
+# torch.profiler print at::native::..., ncu shortens it to at::...
+FAMILIES = (("inductor", re.compile(r"^(?:triton_|(?:graph_\d+_)?cpp_fused_)")),
+            ("cublas", re.compile(r"gemm|gemv|xmma|cutlass|nvjet|cublas", re.IGNORECASE)),
+            ("eager_aten", re.compile(r"\bat::|^aten::")))
+# What the verdict makes of a name, in this order (the pictures draw them so).
+CLASSES = ("compiled", "eager", "matmul", "other")
+Kind = collections.namedtuple("Kind", "family cls kernel")
 DYNAMO_HINT = ("Dynamo's own reason for the skip: rerun with TORCH_LOGS=+dynamo and look for "
                "'skipping: f (reason: non-infra torch dispatch mode present ...)'.")
 
 
-def classify_kernel(name):
-    """One classifier for torch.profiler, nsys and ncu names: inductor | cublas | eager_aten | other.
+@functools.lru_cache(maxsize=None)
+def classify(name):
+    """The one classifier, for torch.profiler, nsys and ncu names alike: Kind(family, cls, kernel).
 
-    Inductor's kernels are named by torch/_inductor/codegen (triton_{poi,red,per,tem}_fused_*,
-    `triton_` with unique names off, cpp_fused_* on CPU). Matmul library names vary with GPU and
-    cuBLAS version, so they are matched by family, never by exact name."""
-    if re.match(r"triton_|(graph_\d+_)?cpp_fused_", name):
-        return "inductor"
-    if re.search(r"gemm|gemv|xmma|cutlass|nvjet|cublas", name, re.IGNORECASE):
-        return "cublas"
-    # nsys and torch.profiler print at::native::..., ncu shortens it to at::...
-    if re.search(r"\bat::", name) or name.startswith("aten::"):
-        return "eager_aten"
-    return "other"
-
-
-def is_eager_pointwise(name):
-    """The eager ops of f, as CPU ops (aten::mul) or as their CUDA kernels (MulFunctor, add)."""
-    if name.split(".")[0] in EAGER_POINTWISE_OPS:
-        return True
-    return classify_kernel(name) == "eager_aten" and bool(
-        re.search(r"MulFunctor|AddFunctor|CUDAFunctorOnSelf_add|CUDAFunctor_add", name))
+    family: inductor | cublas | eager_aten | other (who made it; the kernel tables print it).
+    cls: compiled (a compiled region or an Inductor kernel), eager (f's eager mul/add, as ops or
+    their CUDA kernels), matmul, or other: what a call is judged from, and what --plot colours.
+    kernel: a kernel, as opposed to a CPU op or a profiler label."""
+    family = next((f for f, pattern in FAMILIES if pattern.search(name)), "other")
+    if family == "inductor" or name.startswith(COMPILED_REGION_LABELS):
+        cls = "compiled"
+    elif name.split(".")[0] in EAGER_POINTWISE_OPS or (
+            family == "eager_aten" and EAGER_POINTWISE_KERNELS.search(name)):
+        cls = "eager"
+    elif family == "cublas" or name in CPU_MATMUL_OPS:
+        cls = "matmul"
+    else:
+        cls = "other"
+    return Kind(family, cls, family == "inductor" or (family != "other" and not name.startswith("aten::")))
 
 
-def is_kernel(name):
-    """A kernel (Inductor's, cuBLAS's or eager ATen's), as opposed to a CPU op or a label."""
-    kind = classify_kernel(name)
-    return kind == "inductor" or (kind != "other" and not name.startswith("aten::"))
-
-
-def ran_compiled_code(name):
-    return name.startswith(COMPILED_REGION_LABELS) or classify_kernel(name) == "inductor"
-
-
-def classify_call(names):
+def judge_call(names):
     """compiled | eager | unknown, from the names of what ran in one call (or one NVTX range).
 
     Compiled: a compiled region or an Inductor kernel ran, and none of f's eager ops. Eager: f's
     eager ops ran, and no compiled code. Anything else settles nothing."""
-    compiled = any(ran_compiled_code(n) for n in names)
-    eager = any(is_eager_pointwise(n) for n in names)
+    classes = {classify(n).cls for n in names}
+    compiled, eager = "compiled" in classes, "eager" in classes
     if compiled != eager:
         return "compiled" if compiled else "eager"
     return "unknown"
-
-
-# What the verdict makes of each name, for the pictures (--plot): the same tests, in this order.
-CLASSES = ("compiled", "eager", "matmul", "other")
-
-
-def class_of(name):
-    """compiled code (a compiled region, an Inductor kernel), f's eager ops, a matmul, or other."""
-    if ran_compiled_code(name):
-        return "compiled"
-    if is_eager_pointwise(name):
-        return "eager"
-    if classify_kernel(name) == "cublas" or name in CPU_MATMUL_OPS:
-        return "matmul"
-    return "other"
 
 
 def class_counts(names):
     """{class: how many} of one call's Counter of names: what a picture of that call must draw."""
     out = collections.Counter()
     for name, n in (names or {}).items():
-        out[class_of(name)] += n
+        out[classify(name).cls] += n
     return {c: out[c] for c in CLASSES if out[c]}
 
 
@@ -121,10 +118,10 @@ def abridge(name, width=48):
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-def by_class(kernels):
+def by_family(kernels):
     out = collections.defaultdict(list)
     for k in kernels:
-        out[classify_kernel(k)].append(k)
+        out[classify(k).family].append(k)
     return dict(out)
 
 
@@ -132,15 +129,15 @@ def by_class(kernels):
 def summarize(calls, shows=None):
     """A scenario's evidence from its calls: each a Counter of the names that ran in it. Calls
     that raised fullgraph's "found no compiled frames" come as None: eager, made loud."""
-    kinds = ["eager" if c is None else classify_call(c) for c in calls]
+    kinds = ["eager" if c is None else judge_call(c) for c in calls]
     total = collections.Counter()
     for c in calls:
         total.update(c or {})
-    kernels = sorted(n for n in total if is_kernel(n))
+    kernels = sorted(n for n in total if classify(n).kernel)
     return {"shows": shows, "calls": kinds, "call_classes": [class_counts(c) for c in calls],
             "compiled_calls": kinds.count("compiled"), "eager_calls": kinds.count("eager"),
-            "eager_pointwise": {n: total[n] for n in sorted(total) if is_eager_pointwise(n)},
-            "kernels": kernels, "kernels_by_class": by_class(kernels)}
+            "eager_pointwise": {n: total[n] for n in sorted(total) if classify(n).cls == "eager"},
+            "kernels": kernels, "kernels_by_class": by_family(kernels)}
 
 
 def from_child(entry):

@@ -4,6 +4,8 @@ import contextlib
 import io
 import json
 import os
+import shutil
+import stat
 import signal
 import subprocess
 import sys
@@ -84,6 +86,70 @@ def release_python():
 def data(*parts):
     """Files recorded on real hardware (see tests/data/README.md)."""
     return os.path.join(DATA, *parts)
+
+
+# Captures recorded on an H200 (torch 2.11, nsys 2023.4.4 and Nsight Compute 2025.3.1; tests/data/README.md)
+FIXED_CSV = data("h200-torch2.11", "full_nvtx_kern_sum.csv")
+FIXED_SQLITE = data("h200-torch2.11", "full_capture.sqlite")
+REVERTED_CSV = data("h200-torch2.11-fix-reverted", "nvtx_kern_sum.csv")
+REVERTED_SQLITE = data("h200-torch2.11-fix-reverted", "capture.sqlite")
+NCU_FIXED = data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt")
+NCU_REVERTED = data("h200-torch2.11-fix-reverted", "ncu_per_nvtx_run_nsys.txt")
+# Kernel names as nsys printed them there: Inductor's, cuBLAS's, and the eager ATen kernels of f.
+TRITON = ["triton_poi_fused_add_mul_0", "triton_poi_fused_add_mul_1"]
+GEMM = ("void gemmSN_NN_kernel<float, (int)128, (int)2, (int)4, (int)8, (int)5, (int)4, (bool)0, "
+        "cublasGemvTensorStridedBatched<const float>, cublasGemvTensorStridedBatched<const float>, "
+        "cublasGemvTensorStridedBatched<float>>(cublasGemmSmallNParams<T9, T10, T11, T1>)")
+MUL = ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::AUnaryFunctor<float, float, "
+       "float, at::native::binary_internal::MulFunctor<float>>, std::array<char *, (unsigned long)2>>(int, T2, T3)")
+ADD = ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctorOnSelf_add<float>, "
+       "std::array<char *, (unsigned long)2>>(int, T2, T3)")
+
+
+def one_line_error(rc, stdout, stderr, *words):
+    assert rc == 128, (rc, stdout, stderr)
+    assert stdout == "", stdout
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+# ----------------------------------------------------------- .nsys-rep through nsys stats
+FAKE_NSYS = """#!/bin/sh
+if [ "$1" = export ]; then  # nsys export --type sqlite --force-overwrite true -o OUT REPORT
+  [ "$2 $3 $4 $5 $6" = "--type sqlite --force-overwrite true -o" ] || exit 3
+  cp "$FAKE_NSYS_SQLITE" "$7"; exit 0
+fi
+[ "$1" = stats ] || exit 3
+case "$FAKE_NSYS_MODE" in
+  csv) cat "$FAKE_NSYS_CSV" ;;
+  empty) ;;
+  fail) echo "ERROR: cannot open the report" >&2; exit 1 ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_nsys(tmp_path, monkeypatch):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    tool = folder / "nsys"
+    tool.write_text(FAKE_NSYS)
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", "%s%s%s" % (folder, os.pathsep, os.environ["PATH"]))
+    report = tmp_path / "capture.nsys-rep"
+    report.write_bytes(b"\x00binary nsys report\x00")
+
+    def run(mode, name="capture.nsys-rep", *extra):
+        monkeypatch.setenv("FAKE_NSYS_MODE", mode)
+        monkeypatch.setenv("FAKE_NSYS_CSV", data("h200-torch2.11-fix-reverted", "nvtx_kern_sum.csv"))
+        monkeypatch.setenv("FAKE_NSYS_SQLITE", data("h200-torch2.11-fix-reverted", "capture.sqlite"))
+        if name != report.name:
+            shutil.copy(report, tmp_path / name)
+        return judge("--from-nsys", tmp_path / name, *extra)
+    return run
 
 
 def pytest_addoption(parser):

@@ -179,3 +179,10 @@ def test_the_bench_picture_draws_its_table(tmp_path):
     series = plot.draw_bench(table, str(tmp_path / "b.png"))
     assert is_image(tmp_path / "b.png")
     assert series == [("sac(compile(block)) [reported]", 113.2, 1.75, 24), ("compile(sac(block)) [workaround]", 85.7, 3.63, 16)]
+
+
+def test_the_picture_of_an_nsys_report_comes_from_its_sqlite_export(fake_nsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    rc, stdout, stderr = fake_nsys("csv", "capture.nsys-rep", "--plot", tmp_path / "p.png")
+    assert rc == 1, stderr
+    assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")

@@ -1,7 +1,7 @@
-"""The judge of a torch.profiler run, in this process, on what real measured children wrote
-(tests/data/*/child*.json): torch 2.13 on the CPU, fixed and with the fix reverted in-process, and
-torch 2.9.1 on the CPU, affected. Then the same evidence changed one call at a time: every call is
-judged on its own, and every boundary of the verdict and of the policy check is touched."""
+"""The judge, in this process, on what real measured children wrote (tests/data/*/child*.json:
+torch 2.13 on the CPU, fixed and with the fix reverted in-process, torch 2.9.1 on the CPU, and the
+H200 runs), then on that evidence changed one call at a time: the one classifier, each call judged
+on its own, every boundary of the verdict and of the policy check."""
 import copy
 import json
 
@@ -10,10 +10,19 @@ import pytest
 from conftest import data
 from sac_repro import render, verdict
 
+
 FIXED = json.load(open(data("cpu-torch2.13", "child_fixed.json")))
+
+
 REVERTED = json.load(open(data("cpu-torch2.13", "child_fix_reverted.json")))
+
+
 AFFECTED = json.load(open(data("cpu-torch2.9.1", "child.json")))
+
+
 H200_FIXED = json.load(open(data("h200-torch2.11", "child_fixed.json")))
+
+
 H200_REVERTED = json.load(open(data("h200-torch2.11-fix-reverted", "child.json")))
 
 
@@ -29,6 +38,8 @@ def with_call(raw, scenario, index, names):
 
 
 EAGER_NAMES = FIXED["scenarios"]["eager_sac"]["calls"][0]["names"]
+
+
 COMPILED_NAMES = FIXED["scenarios"]["with_context"]["calls"][0]["names"]
 
 
@@ -172,3 +183,47 @@ def test_the_h200_runs_count_matmul_kernels_and_see_the_eager_kernels():
     assert reverted["exit_code"] == 1
     assert "MulFunctor kernel, CUDAFunctorOnSelf_add kernel" in reverted["reason"]
     assert reverted["policy"]["with_context_matmul_recomputed_in_backward"] is False  # eager f: SAC saved it
+
+
+@pytest.mark.parametrize("name, family, cls, kernel", [
+    ("triton_poi_fused_add_mul_0", "inductor", "compiled", True), ("triton_", "inductor", "compiled", True),
+    ("graph_3_cpp_fused_add_mul_0", "inductor", "compiled", True), ("cpp_fused_mul_1", "inductor", "compiled", True),
+    ("Torch-Compiled Region: 0/0", "other", "compiled", False), ("CompiledFunction", "other", "compiled", False),
+    ("## Call CompiledFxGraph fabc123 ##", "other", "compiled", False),
+    ("void gemmSN_NN_kernel<float>", "cublas", "matmul", True), ("sm80_xmma_gemm_f32f32", "cublas", "matmul", True),
+    ("nvjet_tst_64x8", "cublas", "matmul", True), ("void CUTLASS_Gemm_Kernel<float>", "cublas", "matmul", True),
+    ("Kernel2<cutlass_80_tensorop>", "cublas", "matmul", True), ("cublasLt::splitKreduce", "cublas", "matmul", True),
+    ("aten::mm", "eager_aten", "matmul", False), ("aten::addmm", "eager_aten", "matmul", False),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>>", "eager_aten", "eager", True),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "eager_aten", "eager", True),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+     "at::native::binary_internal::MulFunctor<float>>>", "eager_aten", "eager", True),
+    ("void at::vectorized_elementwise_kernel<4, at::MulFunctor<float>>", "eager_aten", "eager", True),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::sin_kernel<float>>", "eager_aten", "other", True),
+    ("aten::mul", "eager_aten", "eager", False), ("aten::add", "eager_aten", "eager", False),
+    ("aten::mul.Tensor", "eager_aten", "eager", False), ("aten::add.Scalar", "eager_aten", "eager", False),
+    ("aten::multiply_", "eager_aten", "other", False), ("MulFunctor_but_not_aten", "other", "other", False),
+    ("memcpy32_post", "other", "other", False), ("cudaLaunchKernel", "other", "other", False),
+])
+def test_the_one_classifier(name, family, cls, kernel):
+    """Who made each name, what the verdict makes of it, and whether it is a kernel: one table."""
+    assert verdict.classify(name) == (family, cls, kernel)
+
+
+def test_only_fullgraphs_refusal_reads_as_eager():
+    assert verdict.refused_to_run_eagerly(RuntimeError("torch.compile with fullgraph=True found no compiled frames."))
+    assert not verdict.refused_to_run_eagerly(RuntimeError("CUDA error: an illegal memory access"))
+
+
+def test_one_refused_call_among_compiled_ones_reproduces():
+    raw = copy.deepcopy(FIXED)
+    raw["scenarios"]["with_context"]["calls"][0] = {"names": [], "refused": "RuntimeError: found no compiled frames"}
+    r = verdict.report_from_child(raw, "regression", False)
+    assert r["exit_code"] == 1 and r["reason"].startswith("1 of 3 calls under SAC ran eagerly (Dynamo skipped")
+
+
+def test_the_report_carries_the_torch_a_bisect_checks():
+    """nightly-step compares torch_git_version with the commit under test: it must be the child's."""
+    r = verdict.report_from_child(copy.deepcopy(FIXED), "regression", False)
+    assert r["torch_git_version"] == FIXED["env"]["torch_git"] == "cf30153c4c131c8164ee7798e5022d810682e2cb"
+    assert r["torch_version"] == "2.13.0+cpu" and r["device"] == "cpu"

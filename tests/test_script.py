@@ -1,14 +1,15 @@
-"""The script's verdict and exit codes on the torch of this environment (a fixed release), on the
-CPU; stand-ins for crashes, hangs and eager calls come from a sitecustomize.py in the child."""
+"""The main script end to end, on the torch of this environment (a fixed release) on the CPU: the
+verdict, the policy check and the exit codes from a real run; stand-ins for crashes, hangs, torch
+errors and eager calls come from a sitecustomize.py in the measured child."""
 import re
 import sys
 import textwrap
 
 import pytest
 
-from conftest import ROOT, run, run_json, SCRIPT
+from conftest import ROOT, run, run_json
+from sac_repro import verdict
 
-from sac_repro import cli, exits, verdict
 
 REQUIRED_KEYS = {"verdict", "exit_code", "reason", "torch_version", "torch_git_version", "device",
                  "scenarios", "policy", "errors", "env", "source"}
@@ -112,33 +113,6 @@ def test_hung_child_times_out_as_cannot_test(tmp_path):
     assert "hung" in stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--bogus"], "unrecognized arguments: --bogus"),
-    (["--device", "gpu"], "invalid choice: 'gpu'"),
-    (["--timeout", "0"], "must be a finite number > 0"),
-    (["--json", "/nonexistent-dir/report.json"], "does not exist or is not writable"),
-    (["--from-nsys", "/nonexistent.nsys-rep"], "report file not found"),
-])
-def test_usage_errors_abort_a_bisect(args, message):
-    rc, stdout, stderr = run(sys.executable, *args)
-    assert rc >= 128 and rc != 125, (rc, stdout, stderr)
-    assert stdout == ""
-    assert len(stderr.strip().splitlines()) == 1 and message in stderr
-
-
-def test_a_bug_in_this_bundle_aborts_with_one_line(monkeypatch, capsys, tmp_path):
-    csv = tmp_path / "k.csv"
-    csv.write_text("NVTX Range,Kern Inst,Kernel Name\nf_compiled_with_context 0,1,triton_poi_fused_add_mul_0\n")
-
-    def broken(*args):
-        return {}["no such key"]
-    monkeypatch.setattr(cli, "report_from_loops", broken)
-    rc = cli.main(SCRIPT, ["--from-nsys", str(csv)])
-    err = capsys.readouterr().err
-    assert rc == exits.EXIT_ABORT
-    assert len(err.strip().splitlines()) == 1 and "internal error" in err
-
-
 def test_a_bug_in_the_measured_part_aborts(tmp_path):
     env = write_sitecustomize(tmp_path, """
         sys.path.insert(0, %r)
@@ -154,7 +128,7 @@ def test_errors_are_told_apart_by_where_they_were_raised():
     import torch
     from sac_repro import measure
     with pytest.raises(TypeError) as ours:
-        verdict.classify_kernel(None)  # a bug here: never entered torch
+        verdict.classify(None)  # a bug here: never entered torch
     assert measure.raised_by_this_bundle(ours.value)
     with pytest.raises(RuntimeError) as theirs:
         torch.ones(2, 3) @ torch.ones(2, 3)  # torch's C++ failing
@@ -177,8 +151,6 @@ def test_a_torch_error_keeps_the_environment_and_the_traceback(tmp_path):
     assert "stand-in for the torch under test failing" in report["reason"]
     assert "Traceback" in report["errors"]["traceback"] and "_checkpoint" in report["errors"]["traceback"]
     assert "VERDICT: cannot_test (exit 125): the torch under test raised RuntimeError" in stdout
-
-
 
 
 # Stand-ins for a torch that runs some calls eagerly: in the measured child only, checkpoint()
@@ -225,3 +197,14 @@ def test_loops_only_does_not_pass_when_a_loop_raised(tmp_path):
     rc, stdout, stderr = run(sys.executable, "--device", "cpu", "--loops-only", env=env)
     assert rc not in (0, 1), (rc, stdout, stderr)
     assert "found no compiled frames" in stdout + stderr
+
+
+# --------------------------------------------------------- the child's own import failing
+def test_a_failing_import_of_the_bundle_in_the_child_aborts(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n"
+        "if '--_child' in sys.argv:\n"
+        "    sys.modules['sac_repro.measure'] = None\n")
+    rc, stdout, stderr = run(sys.executable, "--device", "cpu", env={"PYTHONPATH": str(tmp_path)}, timeout=300)
+    assert rc == 128, (rc, stdout, stderr)
+    assert "sac_repro.measure" in stderr

@@ -13,19 +13,13 @@ import tempfile
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import ADD, GEMM, MUL, TRITON
+
 from sac_repro.captures import load_ranges
 from sac_repro.verdict import report_from_loops
 
 LOOP_NAMES = ("f_compiled_without_context", "f_compiled_with_context")
 CALLS = 50
-TRITON = ["triton_poi_fused_add_mul_0", "triton_poi_fused_add_mul_1"]
-GEMM = ("void gemmSN_NN_kernel<float, (int)128, (int)2, (int)4, (int)8, (int)5, (int)4, (bool)0, "
-        "cublasGemvTensorStridedBatched<const float>, cublasGemvTensorStridedBatched<const float>, "
-        "cublasGemvTensorStridedBatched<float>>(cublasGemmSmallNParams<T9, T10, T11, T1>)")
-MUL = ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::AUnaryFunctor<float, float, "
-       "float, at::native::binary_internal::MulFunctor<float>>, std::array<char *, (unsigned long)2>>(int, T2, T3)")
-ADD = ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctorOnSelf_add<float>, "
-       "std::array<char *, (unsigned long)2>>(int, T2, T3)")
 ODD = 'memcpy_kernel<"quoted", with, commas\nand a newline>'  # a kernel the classifier does not know
 KERNELS = {"compiled": [(t, 1) for t in TRITON] + [(GEMM, 1)],
            "eager": [(MUL, 2), (ADD, 2), (GEMM, 1)],

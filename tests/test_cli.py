@@ -1,0 +1,157 @@
+"""The command lines' edges: usage errors, paths, output that cannot be delivered, --json, an
+entry point copied without its package. Each ends in a judged verdict or in 128 with one line
+saying what was wrong, never in a 0 or 1 that nothing judged."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import (data, FIXED_CSV, judge, one_line_error,
+                      REVERTED_CSV, ROOT, run, SCRIPT)
+from sac_repro import cli, exits
+
+
+# ----------------------------------------------------------------- 1: an empty path is no input
+@pytest.mark.parametrize("option", ["--from-nsys", "--from-ncu", "--json"])
+def test_an_empty_path_is_a_usage_error(option):
+    """`--from-nsys "$UNSET"` once measured the local torch instead of reading a capture."""
+    rc, stdout, stderr = judge(option, "")
+    one_line_error(rc, stdout, stderr, "usage error", option, "empty")
+
+
+# ------------------------------------------------- 4: failures outside the verdict are not "bad"
+def test_the_script_copied_without_its_package_aborts(tmp_path):
+    copy = tmp_path / "repro.py"
+    shutil.copy(SCRIPT, copy)
+    proc = subprocess.run([sys.executable, str(copy), "--from-nsys", FIXED_CSV], capture_output=True, text=True)
+    one_line_error(proc.returncode, proc.stdout, proc.stderr, "sac_repro")
+
+
+def closed_pipes(args, **kw):
+    """Runs the script with stdout and stderr on pipes whose readers have gone."""
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    os.close(r_out)
+    os.close(r_err)
+    try:
+        proc = subprocess.run([sys.executable, SCRIPT] + args, stdout=w_out, stderr=w_err, **kw)
+    finally:
+        os.close(w_out)
+        os.close(w_err)
+    return proc.returncode
+
+
+@pytest.mark.parametrize("args", [["--from-nsys", REVERTED_CSV], ["--from-nsys", FIXED_CSV],
+                                  ["--from-nsys", "/no/such/file.csv"]])
+def test_output_on_a_closed_pipe_is_no_verdict(args):
+    """The verdict was judged but could not be delivered: 128, whatever it was."""
+    assert closed_pipes(args) == 128
+
+
+# --------------------------------------------------------------------- bad input accepted
+@pytest.mark.parametrize("args, words", [
+    (["--timeout", "nan"], ["--timeout", "finite"]),
+    (["--timeout", "inf"], ["--timeout", "finite"]),
+    (["--_c", "x.json"], ["unrecognized arguments: --_c"]),
+    (["--from-n", FIXED_CSV], ["unrecognized arguments: --from-n"]),
+    (["--from-ncu", FIXED_CSV], ["expected the output of `ncu", "NVTX State"]),
+    (["--from-ncu", data("nsys-2023.4.4-profile-help.txt")], ["NVTX State"]),
+])
+def test_bad_input_is_refused(args, words):
+    rc, stdout, stderr = judge(*args)
+    one_line_error(rc, stdout, stderr, *words)
+
+
+# -------------------------------------------------------------------------- misworded errors
+def test_json_into_a_folder_says_so(tmp_path):
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--json", str(tmp_path))
+    line = one_line_error(rc, stdout, stderr, "--json", "is a folder")
+    assert "bug" not in line
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_json_onto_a_full_disk_says_so():
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--json", "/dev/full")
+    line = one_line_error(rc, stdout, stderr, "cannot write --json /dev/full")
+    assert "bug" not in line
+
+
+# ------------------------------------------------------------------------------------ --json
+def test_json_has_a_schema_version_and_dash_is_stdout():
+    rc, stdout, stderr = judge("--from-nsys", REVERTED_CSV, "--json", "-")
+    assert rc == 1, stderr
+    report = json.loads(stdout)
+    assert report["schema"] == 2 and report["verdict"] == "reproduced"
+
+
+def test_json_onto_the_capture_being_judged_is_refused(tmp_path):
+    path = tmp_path / "k.csv"
+    shutil.copy(FIXED_CSV, path)
+    before = path.read_bytes()
+    rc, stdout, stderr = judge("--from-nsys", str(path), "--json", str(path))
+    one_line_error(rc, stdout, stderr, "--json", "capture")
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("cmd", [
+    ["tools/bisect_torch.py", "releases", "2.12.0", "2.8.0"],
+    ["tools/bisect_torch.py", "--help"],
+    ["run_nsys.sh", "--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv")],
+    ["run_nsys.sh", "--help"],
+], ids=["bisect-usage-error", "bisect-help", "wrapper-verdict", "wrapper-help"])
+def test_the_other_entry_points_on_closed_pipes(cmd):
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    os.close(r_out)
+    os.close(r_err)
+    runner = ["bash"] if cmd[0].endswith(".sh") else [sys.executable]
+    try:
+        proc = subprocess.run(runner + [os.path.join(ROOT, cmd[0])] + cmd[1:], stdout=w_out, stderr=w_err,
+                              env=dict(os.environ, PYTHON=sys.executable), timeout=120)
+    finally:
+        os.close(w_out)
+        os.close(w_err)
+    assert proc.returncode == 128
+
+
+@pytest.mark.parametrize("entry", ["tools/bisect_torch.py", "run_nsys.sh"])
+def test_the_other_entry_points_copied_alone_abort(tmp_path, entry):
+    alone = tmp_path / os.path.basename(entry)
+    shutil.copy(os.path.join(ROOT, entry), alone)
+    runner = ["bash"] if entry.endswith(".sh") else [sys.executable]
+    proc = subprocess.run(runner + [str(alone), "--help"], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHON=sys.executable))
+    if entry.endswith(".sh"):
+        proc = subprocess.run(runner + [str(alone), "--report", "x.csv"], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHON=sys.executable))
+    assert proc.returncode == 128 and "copy the bundle's whole folder" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--device", "gpu"], "invalid choice: 'gpu'"),
+    (["--timeout", "0"], "must be a finite number > 0"),
+    (["--json", "/nonexistent-dir/report.json"], "does not exist or is not writable"),
+    (["--from-nsys", "/nonexistent.nsys-rep"], "report file not found"),
+])
+def test_usage_errors_abort_a_bisect(args, message):
+    rc, stdout, stderr = run(sys.executable, *args)
+    assert rc >= 128 and rc != 125, (rc, stdout, stderr)
+    assert stdout == ""
+    assert len(stderr.strip().splitlines()) == 1 and message in stderr
+
+
+def test_a_bug_in_this_bundle_aborts_with_one_line(monkeypatch, capsys, tmp_path):
+    csv = tmp_path / "k.csv"
+    csv.write_text("NVTX Range,Kern Inst,Kernel Name\nf_compiled_with_context 0,1,triton_poi_fused_add_mul_0\n")
+
+    def broken(*args):
+        return {}["no such key"]
+    monkeypatch.setattr(cli, "report_from_loops", broken)
+    rc = cli.main(SCRIPT, ["--from-nsys", str(csv)])
+    err = capsys.readouterr().err
+    assert rc == exits.EXIT_ABORT
+    assert len(err.strip().splitlines()) == 1 and "internal error" in err
