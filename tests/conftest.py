@@ -63,12 +63,21 @@ def run_json(python, tmp_path, *args, **kw):
 @pytest.fixture(scope="session")
 def fixed_run(tmp_path_factory):
     """The torch of this environment (the test set-up pins a fixed release, 2.13.0), run once for
-    all tests: (exit code, JSON report, its text as the script prints it, stderr, markdown)."""
+    the whole session, pytest-xdist's workers included (they share the parent of their temp
+    folders): (exit code, JSON report, its text as the script prints it, stderr, markdown)."""
+    import fcntl
     from sac_repro import render
-    import torch
-    assert tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 10), torch.__version__
-    rc, report, markdown, stderr = run_json(sys.executable, tmp_path_factory.mktemp("fixed"),
-                                            "--device", "cpu", "--markdown")
+    shared = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else \
+        tmp_path_factory.getbasetemp()
+    with open(shared / "fixed_run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker runs it, the others wait and read it
+        cached = shared / "fixed_run.json"
+        if not cached.exists():
+            rc, report, markdown, stderr = run_json(sys.executable, tmp_path_factory.mktemp("fixed"),
+                                                    "--device", "cpu", "--markdown")
+            cached.write_text(json.dumps([rc, report, markdown, stderr]))
+        rc, report, markdown, stderr = json.loads(cached.read_text())
+    assert tuple(int(v) for v in report["torch_version"].split(".")[:2]) >= (2, 10), report["torch_version"]
     return rc, report, render.render_text(report), stderr, markdown
 
 
@@ -159,6 +168,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "release: needs PyPI torch releases; run with --release")
+    config.addinivalue_line("markers", "unit: imports no torch and runs no torch: `pytest -m unit tests`, "
+                            "a contributor's inner loop")
 
 
 def pytest_collection_modifyitems(config, items):

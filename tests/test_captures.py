@@ -15,6 +15,8 @@ import pytest
 from conftest import (ADD, data, FIXED_CSV, FIXED_SQLITE, GEMM, judge, MUL, NCU_FIXED, one_line_error,
                       REVERTED_CSV, REVERTED_SQLITE, run, TRITON)
 
+pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
+
 
 HEADER = ("NVTX Range,Style,PID,TID,NVTX Inst,Kern Inst,Total Time (ns),Avg (ns),Med (ns),Min (ns),"
           "Max (ns),StdDev (ns),Kernel Name")

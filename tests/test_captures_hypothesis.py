@@ -18,6 +18,8 @@ from conftest import ADD, GEMM, MUL, TRITON
 from sac_repro.captures import load_ranges
 from sac_repro.verdict import report_from_loops
 
+pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
+
 LOOP_NAMES = ("f_compiled_without_context", "f_compiled_with_context")
 CALLS = 50
 ODD = 'memcpy_kernel<"quoted", with, commas\nand a newline>'  # a kernel the classifier does not know

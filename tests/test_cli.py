@@ -13,6 +13,8 @@ from conftest import (data, FIXED_CSV, judge, one_line_error,
                       REVERTED_CSV, ROOT, run, SCRIPT)
 from sac_repro import cli, exits
 
+pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
+
 
 # ----------------------------------------------------------------- 1: an empty path is no input
 @pytest.mark.parametrize("option", ["--from-nsys", "--from-ncu", "--json"])

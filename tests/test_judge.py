@@ -10,6 +10,8 @@ import pytest
 from conftest import data
 from sac_repro import render, verdict
 
+pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
+
 
 FIXED = json.load(open(data("cpu-torch2.13", "child_fixed.json")))
 

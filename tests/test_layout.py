@@ -1,6 +1,8 @@
 """The bundle's layout: the report's files and the tools at the top, the engine in one package, and
 every entry point working from any folder, through a relative path or a symlink."""
+import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -56,3 +58,80 @@ def test_the_bench_finds_its_package_from_anywhere(tmp_path):
     for argv, cwd in callers(tmp_path, "tools/bench_sac_compile.py"):
         proc = subprocess.run([sys.executable] + argv + ["--help"], cwd=cwd, capture_output=True, text=True)
         assert proc.returncode == 0 and "--fsdp" in proc.stdout, (argv, proc.stderr)
+
+
+# --------------------------------------------------------------------- docs that cannot rot
+def markdown_files():
+    docs = [os.path.join(dirpath, f) for dirpath, _, files in os.walk(os.path.join(ROOT, "docs"))
+            for f in files if f.endswith(".md")]
+    return [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "expected_output.md")] + sorted(docs)
+
+
+@pytest.mark.unit
+def test_every_relative_link_in_the_docs_resolves():
+    checked = 0
+    for path in markdown_files():
+        text = open(path).read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+://|#|mailto:", target):
+                continue
+            resolved = os.path.normpath(os.path.join(os.path.dirname(path), target.split("#")[0]))
+            assert os.path.exists(resolved), "%s links to %s, which is not there" % (os.path.relpath(path, ROOT), target)
+            checked += 1
+    assert checked >= 10
+
+
+@pytest.mark.unit
+def test_the_readme_is_short_and_in_its_users_order():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    lines = readme.splitlines()
+    assert len(lines) <= 160
+    headings = [l for l in lines if l.startswith("## ")]
+    assert headings[:6] == ["## Run it", "## Reading the output", "## Reading the kernel names",
+                            "## Pasting into an issue", "## Bisecting", "## More"]
+    kernel_names = next(i for i, l in enumerate(lines) if l == "## Reading the kernel names")
+    assert kernel_names < 100 and "triton_poi_fused_add_mul_0" in "\n".join(lines[kernel_names:kernel_names + 40])
+    assert len(open(os.path.join(ROOT, "expected_output.md")).read().splitlines()) <= 300
+
+
+@pytest.mark.unit
+def test_the_readme_states_the_exit_codes_of_exits_py():
+    from sac_repro import exits
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    rows = re.findall(r"^\| (\d+) \| `?([a-z_-]+)`? \|", readme, re.M)
+    assert [(int(code), verdict) for code, verdict in rows] == [(code, verdict) for code, verdict, _ in exits.CODES]
+
+
+# ------------------------------------------------------- the report's block and the engine
+def report_block_names():
+    """Every name the report's block binds at module level (assignments, defs, imports)."""
+    from sac_repro import render
+    tree = ast.parse(render.report_code(os.path.join(ROOT, "torch_compile_selective_activation_checkpoint.py")))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def main_script_constant(name):
+    tree = ast.parse(open(os.path.join(ROOT, "torch_compile_selective_activation_checkpoint.py")).read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError("the main script has no %s" % name)
+
+
+@pytest.mark.unit
+def test_the_report_block_defines_every_name_the_engine_reads():
+    """REPORT_NAMES is the interface between the report's block and sac_repro/measure.py: each
+    name is bound in the block, and measure.py reads no other name of the script's namespace."""
+    interface = set(main_script_constant("REPORT_NAMES"))
+    assert interface - report_block_names() == set()
+    measure = open(os.path.join(ROOT, "sac_repro", "measure.py")).read()
+    read = set(re.findall(r'namespace\["(\w+)"\]', measure)) | set(re.findall(r'"(\w+)" (?:not )?in namespace', measure))
+    assert read - {"SCENARIOS", "REPORT_NAMES"} <= interface, read - interface

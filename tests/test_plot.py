@@ -16,6 +16,8 @@ import pytest
 from conftest import data, judge, ROOT, SCRIPT
 from sac_repro import plot, verdict
 
+pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
+
 pytest.importorskip("matplotlib")
 
 CHILDREN = {"2.13 fixed": data("cpu-torch2.13", "child_fixed.json"),

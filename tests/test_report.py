@@ -1,5 +1,7 @@
-"""What a user pastes into a GitHub issue (--markdown), and expected_output.md against what the
-code prints today: both from the fixed torch run of test_verdict.py."""
+"""What a user pastes into a GitHub issue (--markdown), and every canonical transcript of
+expected_output.md (and every output the README shows) against what today's code prints."""
+import copy
+import json
 import os
 import re
 import subprocess
@@ -7,9 +9,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, SCRIPT
-
-from sac_repro import render
+from conftest import data, judge, REVERTED_CSV, ROOT, SCRIPT
+from sac_repro import render, verdict
 
 EXPECTED_OUTPUT = os.path.join(ROOT, "expected_output.md")
 SEED_LINES = ["ops_to_save = [", "torch.ops.aten.mm.default,", "def policy_fn(ctx, op, *args, **kwargs):",
@@ -69,45 +70,133 @@ def test_markdown_fits_on_one_screen_above_its_details(fixed_markdown):
 
 
 # --------------------------------------------------------------------- expected_output.md drift
-def recorded_block(heading):
-    """(header lines, transcript lines) of the block of expected_output.md under `heading`."""
+def recorded_section(heading):
+    """The whole block of expected_output.md under `heading`."""
     text = open(EXPECTED_OUTPUT).read()
     section = text[text.index(heading):]
-    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
-    header, transcript = section.split("```\n", 1)
+    return section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+
+
+def recorded_block(heading):
+    """(header lines, transcript lines) of the block of expected_output.md under `heading`."""
+    header, transcript = recorded_section(heading).split("```\n", 1)
     return header.splitlines(), transcript.split("\n```", 1)[0].splitlines()
 
 
+def drift_lines(lines):
+    """What must not drift between a transcript and today's code: the verdict and policy lines,
+    Expected and Actual, the per-loop kernel lines of a capture, and the table's shape (kernel name
+    prefixes and timings may differ). Nothing from collect_env, which is the machine's."""
+    lines = lines[:next((i for i, l in enumerate(lines) if l.startswith("<details><summary>Versions")), len(lines))]
+    kept = [l for l in lines if l.startswith(("VERDICT:", "policy (MUST_SAVE", "policy was asked about:",
+                                                "f_compiled_with", "- **")) or re.match(r"\s+\d+ x \S", l)]
+    return kept, table_shape(lines)
+
+
 def table_shape(lines):
-    """(scenario, compiled calls, eager pointwise ops) of each table row: what must not drift;
-    kernel name prefixes and timings may."""
-    start = next(i for i, l in enumerate(lines) if l.strip().startswith("scenario "))
+    """(scenario, compiled calls, eager pointwise ops) of each row of the text or markdown table."""
     rows = []
-    for l in lines[start + 1:]:
-        if not l.startswith("  "):
-            break
-        rows.append(tuple(re.split(r"\s{2,}", l.strip())[:3]))
-    return [re.split(r"\s{2,}", lines[start].strip())] + rows
+    for l in lines:
+        cells = [c.strip() for c in l.strip().strip("|").split("|")] if l.startswith("|") else re.split(r"\s{2,}", l.strip())
+        if cells and (cells[0] in verdict.SCENARIOS or cells[0] == "scenario"):
+            rows.append(tuple(cells[:3]))
+    return rows
 
 
-def test_expected_output_shows_what_the_code_prints_today(fixed_run):
-    header, recorded = recorded_block("## Fixed torch (2.13.0), CPU")
+def judged_text(raw, *, drop=()):
+    raw = copy.deepcopy(raw)
+    for name in drop:
+        raw["scenarios"].pop(name, None)
+    return render.render_text(verdict.report_from_child(raw, "regression", False)).splitlines()
+
+
+def transcript_runs(lines):
+    """A transcript of several runs, split at each `evidence:` line (one per judged report)."""
+    runs, current = [], []
+    for l in lines:
+        if l.startswith("evidence:") and current:
+            runs.append(current)
+            current = []
+        current.append(l)
+    return runs + [current]
+
+
+def test_the_cpu_fixed_transcript_is_what_the_code_prints_today(fixed_run):
+    _, recorded = recorded_block("## Fixed torch (2.13.0), CPU")
     _, report, text, _, _ = fixed_run
     if not report["torch_version"].startswith("2.13.0"):
         pytest.skip("the recorded block is of torch 2.13.0; this is %s" % report["torch_version"])
-    printed = text.splitlines()
-    for prefix in ("VERDICT:", "policy (MUST_SAVE", "policy was asked about:"):
-        assert [l for l in recorded if l.startswith(prefix)] == [l for l in printed if l.startswith(prefix)], prefix
-    assert table_shape(recorded) == table_shape(printed)
+    assert drift_lines(recorded) == drift_lines(text.splitlines())
 
 
-def test_every_block_of_expected_output_names_a_commit_of_this_history():
-    text = open(EXPECTED_OUTPUT).read()
-    blocks = text.split("\n## ")[1:]
-    assert blocks
+@pytest.mark.unit
+@pytest.mark.parametrize("heading, child, drop", [
+    ("## Affected torch (2.9.1), CPU", ("cpu-torch2.9.1", "child.json"), ()),
+    # recorded with --policy-report, which adds the wrapped scenario that the plain run has not
+    ("## H200, torch 2.11: not reproduced", ("h200-torch2.11", "child_fixed.json"), (verdict.WRAPPED,)),
+])
+def test_the_recorded_transcripts_are_what_the_code_prints_today(heading, child, drop):
+    _, recorded = recorded_block(heading)
+    raw = json.load(open(data(*child)))
+    assert drift_lines(recorded) == drift_lines(judged_text(raw, drop=drop))
+
+
+@pytest.mark.unit
+def test_the_h200_run_nsys_transcript_is_what_the_code_prints_today():
+    """The transcript judged its capture twice, with --hunt-fix and plainly; the recorded capture
+    of the same kind (tests/data/h200-torch2.11-fix-reverted/) must read the same today."""
+    _, recorded = recorded_block("## H200, torch 2.11 with the fix reverted in-process: `run_nsys.sh")
+    runs = transcript_runs([l for l in recorded if not l.startswith(("run_nsys", "+ ", "sac-repro:"))])
+    assert len(runs) == 3  # the capture run's own lines, then the two judged reports
+    for extra, run_lines in zip((["--hunt-fix"], []), runs[1:]):
+        rc, stdout, _ = judge("--from-nsys", REVERTED_CSV, *extra)
+        assert drift_lines(run_lines) == drift_lines(stdout.splitlines())
+        assert "(exit %d)" % rc in next(l for l in run_lines if l.startswith("VERDICT:"))
+
+
+def test_the_markdown_transcript_is_what_the_code_prints_today(fixed_run):
+    section = recorded_section("## `--markdown` (fixed 2.13.0, CPU)")  # pasted markdown, not fenced
+    recorded = section.splitlines()
+    _, report, _, _, markdown = fixed_run
+    if not report["torch_version"].startswith("2.13.0"):
+        pytest.skip("the recorded block is of torch 2.13.0; this is %s" % report["torch_version"])
+    printed = markdown.splitlines()
+    assert drift_lines(recorded) == drift_lines(printed)
+    assert code_block(section) == code_block(markdown)
+
+
+@pytest.mark.unit
+def test_every_output_shown_in_the_readme_was_printed_by_a_recorded_run():
+    """The README's sample output is cut from transcripts, never written by hand."""
+    transcripts = open(EXPECTED_OUTPUT).read() + "".join(
+        open(os.path.join(ROOT, "docs", "transcripts", f)).read() for f in os.listdir(os.path.join(ROOT, "docs", "transcripts")))
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    blocks, fence = [], None  # output blocks are the fences that name no language
+    for line in readme.splitlines():
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:]
+            if fence == "":
+                blocks.append([])
+        elif fence == "":
+            blocks[-1].append(line)
+    assert len(blocks) >= 2
+    for block in blocks:
+        for line in block:
+            assert not line.strip() or line in transcripts, line
+
+
+@pytest.mark.unit
+def test_every_transcript_names_a_commit_of_this_history():
+    """expected_output.md's blocks and each file of docs/transcripts/: where each ran is named."""
+    folder = os.path.join(ROOT, "docs", "transcripts")
+    blocks = open(EXPECTED_OUTPUT).read().split("\n## ")[1:] + [
+        open(os.path.join(folder, f)).read() for f in sorted(os.listdir(folder)) if f != "README.md"]
+    assert len(blocks) >= 30
     for block in blocks:
         m = re.search(r"bundle commit ([0-9a-f]{7,40})", block)
         assert m, "no bundle commit named under: " + block.splitlines()[0]
+        for what in ("- machine:", "- date:", "- command:"):
+            assert what in block, "%s: no %s line" % (block.splitlines()[0], what)
         if os.path.isdir(os.path.join(ROOT, ".git")):
             rc = subprocess.run(["git", "-C", ROOT, "merge-base", "--is-ancestor", m.group(1), "HEAD"],
                                 capture_output=True).returncode

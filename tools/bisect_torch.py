@@ -44,7 +44,7 @@ try:
     from sac_repro.cli import Parser, positive_float
     from sac_repro.exits import end_group, EXIT_CANNOT_TEST, guarded, TERMS, UsageError
     from sac_repro.render import release_table_markdown
-    from sac_repro.verdict import CASE, classify_kernel, CONTROL
+    from sac_repro.verdict import CASE, classify, CONTROL
 except Exception as e:  # copied without its package, say: abort a bisect, never pass as 1
     if __name__ != "__main__":
         raise
@@ -94,7 +94,7 @@ def evidence(report):
     parts = []
     for name in (CONTROL, CASE):
         sc = report["scenarios"][name]
-        ind = [k for k in sc["kernels"] if classify_kernel(k) == "inductor"]
+        ind = [k for k in sc["kernels"] if classify(k).family == "inductor"]
         extra = ", ".join(ind[:2]) or ", ".join(sc["eager_pointwise"])
         parts.append("%s %d/%d compiled%s" % (name, sc["compiled_calls"], len(sc["calls"]),
                                              " (%s)" % extra if extra else ""))
