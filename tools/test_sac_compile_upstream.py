@@ -5,9 +5,9 @@ selective activation checkpointing (SAC), sac(compile(f)).
 The part between "# BEGIN upstream" and "# END upstream" is meant to be appended, unchanged,
 to PyTorch's test/dynamo/test_activation_checkpointing.py just before its
 `if __name__ == "__main__":`; it needs no import that file lacks. The rest of this file lets
-the same part run on its own, on any torch from 2.5:
+the same part run on its own, written for any torch from 2.5:
 
-    python test_sac_compile_upstream.py -v    # needs expecttest, as PyTorch's tests do
+    python tools/test_sac_compile_upstream.py -v    # needs expecttest, as PyTorch's tests do
 
 On the CPU, and on CUDA where there is one:
 
