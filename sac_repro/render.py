@@ -213,19 +213,21 @@ def render_policy_markdown(report, command, collect_env, bench=None):
             "no longer asked about the function's ops: inside the compiled region it sees what Inductor's "
             "code calls, so a policy written for the model's ops never matches, and backward recomputes "
             "the whole region.", "",
-            "The report's f and policy (`MUST_SAVE` on `aten.mm.default`), three ways (CPU or CUDA; it prints what "
-            "the policy was asked about, and the matmuls computed in one backward):", "",
+            "The report's f and policy (`MUST_SAVE` on `aten.mm.default`), arranged three ways, and from 2.10 "
+            "a fourth: `sac(compile(f))` with `wrap_inductor_compiled_regions` and a policy that saves the "
+            "compiled region (CPU or CUDA; it prints what the policy was asked about, and the matmuls "
+            "computed in one backward):", "",
             "```python", policy_snippet().rstrip(), "```", "",
             "- **Expected:** under `sac(compile(f))` the policy is asked about `aten.mm.default`, and its "
             "`MUST_SAVE` keeps the forward matmul out of backward, as under `compile(sac(f))`.",
             "- **Actual:** %s." % policy_actual(report), ""]
     out += markdown_table(policy_rows(report), ("arrangement", "the policy was asked about (forward)",
                                                 "matmuls computed in one backward", "forward matmul"))
-    out += ["", "Measured by this bundle's run (torch.profiler, %s): %s." % (
+    out += ["", "Measured by this bundle's run (torch.profiler, %s; the report's policy in every row): %s." % (
         report["device"], "with a baseline of %d matmuls where the forward matmul is saved (compiled f, no "
         "checkpoint)" % report["policy"]["baseline"] if report["policy"].get("trusted")
         else report["policy"].get("reason", "the policy check was not measured")), ""]
-    out += wrapped_paragraph(report, bench)
+    out += supported_and_open(report, bench)
     if bench:
         out += ["", "**What it costs** (`bench_sac_compile.py`, %s):" % bench_setup(bench), ""]
         out += markdown_table(bench_rows(bench), ("arrangement", "fwd+bwd ms", "x time", "peak GiB",
@@ -234,10 +236,23 @@ def render_policy_markdown(report, command, collect_env, bench=None):
     return "\n".join(out)
 
 
+def asked_ops(report, name):
+    return [op for op, _, _ in (report["policy"].get("ops_seen") or {}).get(name, [])]
+
+
 def asked_about(report, name):
     seen = (report["policy"].get("ops_seen") or {}).get(name)
     return ", ".join("`%s -> %s`" % (op, d) for op, d, _ in
                      sorted(seen, key=lambda r: (r[1] != "MUST_SAVE", r[0]))) if seen else "-"
+
+
+def backward_said(report, name):
+    """What this run measured of the forward matmul in `name`'s backward."""
+    p = report["policy"]
+    n, recomputed = (p.get("backward_matmuls") or {}).get(name), p.get("%s_matmul_recomputed_in_backward" % name)
+    if recomputed is None or n is None:
+        return "whether backward reran the forward matmul was not measured"
+    return "backward computed %d matmuls: the forward matmul %s" % (n, "ran again" if recomputed else "was saved")
 
 
 def policy_rows(report):
@@ -256,7 +271,7 @@ def policy_rows(report):
 
 def policy_actual(report):
     p, counts = report["policy"], report["policy"].get("backward_matmuls") or {}
-    asked = [op for op, _, _ in (p.get("ops_seen") or {}).get(CASE, [])]
+    asked = asked_ops(report, CASE)
     said = "under `sac(compile(f))` the policy was asked about %s%s" % (
         ", ".join("`%s`" % op for op in asked) or "nothing",
         "" if "aten.mm.default" in asked else " only, never `aten.mm.default`")
@@ -269,22 +284,44 @@ def policy_actual(report):
     return "%s; whether the forward matmul ran again was not measured (%s)" % (said, p.get("reason", "?"))
 
 
-def wrapped_paragraph(report, bench):
-    """What `wrap_inductor_compiled_regions` changes, as measured here (and in the bench)."""
-    if WRAPPED not in report["scenarios"]:
-        return ["`wrap_inductor_compiled_regions` (2.10 and later) is not in this torch: not measured."]
-    seen = [op for op, _, _ in (report["policy"].get("ops_seen") or {}).get(WRAPPED, [])]
-    out = ["**`torch.compile(f, options={\"wrap_inductor_compiled_regions\": True})`**, measured in this run: "
-           "the policy is asked about %s: the compiled region as one op. A policy can then save the "
-           "region's outputs whole or recompute the region whole, never keep just the matmul." % (
-               ", ".join("`%s`" % op for op in seen) or "nothing")]
-    rows = (bench or {}).get("rows", {})
-    wrapped = next((r for n, r in rows.items() if "wrap_inductor_compiled_regions" in n), None)
-    nockpt, workaround = rows.get("compiled, no checkpoint"), rows.get("compile(sac(block)) [workaround]")
-    if wrapped and nockpt and workaround and wrapped.get("mem") is not None:
-        out[0] += (" In the bench, a policy that also saves the region takes %.2f GiB at its peak, as "
-                   "much as no checkpoint at all (%.2f GiB), against %.2f GiB for `compile(sac(block))`."
-                   % (wrapped["mem"], nockpt["mem"], workaround["mem"]))
+def supported_and_open(report, bench):
+    """What PyTorch offers today and what stays open, each claim from this run (and the bench)."""
+    def ops(name):
+        return ", ".join("`%s`" % op for op in asked_ops(report, name)) or "nothing"
+
+    out = ["**What PyTorch supports today**, in this run:", "",
+           "- `compile(sac(f))`, the checkpoint inside the compiled region (Dynamo traces SAC as a "
+           "higher-order op): the policy was asked about %s, and %s." % (ops("workaround"),
+                                                                          backward_said(report, "workaround"))]
+    if WRAPPED in report["scenarios"]:
+        item = ("- `sac(compile(f))` with `torch.compile(f, options={\"wrap_inductor_compiled_regions\": True})` "
+                "(2.10 and later): the policy was asked about %s, the compiled region as one op "
+                "(`torch.ops.higher_order.inductor_compiled_code`). The report's policy does not name it, so %s; "
+                "a policy that names it saves the region's outputs whole or recomputes the region whole, "
+                "never just the matmul (the snippet's last line saves it)." % (ops(WRAPPED),
+                                                                               backward_said(report, WRAPPED)))
+        rows = (bench or {}).get("rows", {})
+        wrapped = next((r for n, r in rows.items() if "wrap_inductor_compiled_regions" in n), None)
+        nockpt, workaround = rows.get("compiled, no checkpoint"), rows.get("compile(sac(block)) [workaround]")
+        if wrapped and nockpt and workaround and wrapped.get("mem") is not None:
+            item += (" In the bench, a policy that also saves the region takes %.2f GiB at its peak, as much "
+                     "as no checkpoint at all (%.2f GiB), against %.2f GiB for `compile(sac(block))`."
+                     % (wrapped["mem"], nockpt["mem"], workaround["mem"]))
+        out.append(item)
+    else:
+        out.append("- `wrap_inductor_compiled_regions` (2.10 and later) is not in this torch: not measured.")
+    out += ["", "**What stays open:** a policy written for the model's ops, under `sac(compile(f))`, was asked "
+            "about %s, and %s. Nothing says so: SAC answers every op it is asked about, and does not check "
+            "that the ops a policy saves ever appear." % (ops(CASE), backward_said(report, CASE)), "",
+            "**What a fix could be**, two directions for the reader to weigh:", "",
+            "- *Map the op*: ask the policy about the op the model wrote (`aten.mm.default`) where Inductor's "
+            "code calls an extern kernel for it (`aten.mm.out`). Per-op policies would keep working for "
+            "matmuls; ops fused into Inductor's own kernels are never dispatched, and could still only be "
+            "saved with the whole region.",
+            "- *Warn*: when a compiled region runs under SAC and none of the ops the policy was asked about "
+            "in it got `MUST_SAVE` or `PREFER_SAVE`, warn that a per-op policy cannot see inside compiled "
+            "code, and point to `compile(sac(f))` or `wrap_inductor_compiled_regions`. Cheap and changes no "
+            "result, but the recompute stays."]
     return out
 
 

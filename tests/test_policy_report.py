@@ -50,9 +50,41 @@ def test_the_policy_report_says_what_the_policy_saw_and_what_backward_ran():
     assert "`aten.mm.default -> MUST_SAVE`" in table_row(md, "`compile(sac(f))`")
     wrapped = table_row(md, "`sac(compile(f))` with `wrap_inductor_compiled_regions=True`")
     assert "`inductor_compiled_code -> PREFER_RECOMPUTE`" in wrapped and wrapped.endswith("| 3 | **recomputed** |")
-    assert "the policy is asked about `inductor_compiled_code`: the compiled region as one op" in md
     assert code_block(md) == render.policy_snippet()
     assert "collect_env output" in md and "What it costs" not in md
+
+
+def sections(md):
+    """The report's paragraphs from "What PyTorch supports today" to before the cost, as one string."""
+    start = md.index("**What PyTorch supports today**")
+    return md[start:md.index("**What it costs**", start) if "**What it costs**" in md else md.index("<details>")]
+
+
+def test_what_pytorch_supports_and_what_stays_open_come_from_the_run():
+    text = sections(markdown(FIXED))
+    assert ("- `compile(sac(f))`, the checkpoint inside the compiled region (Dynamo traces SAC as a higher-order "
+            "op): the policy was asked about `aten.add.Tensor`, `aten.mm.default`, `aten.mul.Tensor`, and backward "
+            "computed 2 matmuls: the forward matmul was saved.") in text
+    assert ("the policy was asked about `inductor_compiled_code`, the compiled region as one op "
+            "(`torch.ops.higher_order.inductor_compiled_code`). The report's policy does not name it, so backward "
+            "computed 3 matmuls: the forward matmul ran again") in text
+    assert ("**What stays open:** a policy written for the model's ops, under `sac(compile(f))`, was asked about "
+            "`aten.mm.out`, and backward computed 3 matmuls: the forward matmul ran again.") in text
+    assert "*Map the op*" in text and "*Warn*" in text
+
+
+def test_those_paragraphs_change_with_the_evidence():
+    """Another run's evidence, another text: nothing in them is written in advance."""
+    raw = copy.deepcopy(FIXED)
+    del raw["scenarios"]["with_context_wrapped"]  # a torch without the option
+    report = verdict.report_from_child(raw, "regression", False)
+    report["policy"]["ops_seen"]["workaround"] = [["aten.bmm.default", "PREFER_RECOMPUTE", 2]]
+    report["policy"]["backward_matmuls"]["workaround"] = 3
+    report["policy"]["workaround_matmul_recomputed_in_backward"] = True
+    text = sections(render.render_policy_markdown(report, "x", None))
+    assert "the policy was asked about `aten.bmm.default`, and backward computed 3 matmuls: the forward matmul ran again." in text
+    assert "- `wrap_inductor_compiled_regions` (2.10 and later) is not in this torch: not measured." in text
+    assert "inductor_compiled_code" not in text
 
 
 def test_the_bench_adds_the_cost_and_what_saving_the_region_whole_takes():
@@ -78,9 +110,12 @@ def test_the_reports_code_runs_on_its_own_and_shows_what_it_says(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["sac(compile(f))", "matmuls", "in", "backward:", "3;", "the", "policy", "was",
                                 "asked", "about:", "aten.mm.out"]
-    assert lines[1].startswith("compile(sac(f))            matmuls in backward: 2; the policy was asked about: ")
+    assert lines[1].startswith("compile(sac(f))                matmuls in backward: 2; the policy was asked about: ")
     assert "aten.mm.default" in lines[1]
-    assert lines[2].startswith("compile(f), no checkpoint  matmuls in backward: 2")
+    assert lines[2].startswith("compile(f), no checkpoint      matmuls in backward: 2")
+    assert lines[3] == ("sac(compile(f)), region saved  matmuls in backward: 2; the policy was asked about: "
+                        "inductor_compiled_code")
+    assert len(lines) == 4
 
 
 @pytest.mark.parametrize("args, says", [
