@@ -4,111 +4,16 @@ The nightly tests use stub wheels (the only place stubs are used): a `torch` pac
 this environment's real torch and, for "broken" dates, reverts the fix in-process (SAC's dispatch
 modes stop opting in with ignore_compile_internals), so the real repro script runs on each step.
 """
-import base64
-import hashlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-import zipfile
 
 import pytest
 
-from conftest import ROOT
-
-BISECT = os.path.join(ROOT, "tools", "bisect_torch.py")
-PYTAG = "cp%d%d" % sys.version_info[:2]
-
-STUB_INIT = '''
-import os, signal, sys
-BEHAVIOUR = {behaviour!r}
-if BEHAVIOUR == "crash":
-    os.kill(os.getpid(), signal.SIGSEGV)
-import importlib.util
-sys.path.append({real_site!r})  # the real torch's own dependencies
-_spec = importlib.util.spec_from_file_location(
-    "torch", os.path.join({real_site!r}, "torch", "__init__.py"),
-    submodule_search_locations=[os.path.join({real_site!r}, "torch")])
-_real = importlib.util.module_from_spec(_spec)
-sys.modules["torch"] = _real
-_spec.loader.exec_module(_real)
-if BEHAVIOUR == "broken":
-    import torch.utils.checkpoint as _cp
-    for _mode in (_cp._CachingTorchDispatchMode, _cp._CachedTorchDispatchMode):
-        _mode.ignore_compile_internals = classmethod(lambda cls: False)
-_real.version.git_version = {git_version!r}  # what a nightly wheel reports: the commit it was built from
-sys.modules["torch"] = _real
-'''
-
-# date -> what that day's stub wheel does; 04 has no wheel, 08's wheel cannot be installed,
-# 11's wheel was built from another commit than the nightly under test
-NIGHTLIES = {"01": "broken", "02": "broken", "03": "broken", "04": None, "05": "crash",
-             "06": "broken", "07": "fixed", "08": "uninstallable", "09": "fixed", "10": "fixed",
-             "11": "fixed"}
-OTHER_COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def main_sha(day):
-    return hashlib.sha1(day.encode()).hexdigest()
-
-
-def build_stub_wheel(folder, day, behaviour, git_version, version=None, requires=()):
-    """A torch wheel whose torch is this environment's, fixed or (behaviour "broken") with the fix
-    reverted; a nightly of 2025-09-DAY unless `version` says otherwise."""
-    import torch
-    real_site = os.path.dirname(os.path.dirname(torch.__file__))
-    version = version or "2.10.0.dev202509%s+cpu" % day
-    requires = list(requires) + (["no-such-package-anywhere-xyz"] if behaviour == "uninstallable" else [])
-    name = "torch-%s-%s-%s-linux_x86_64.whl" % (version, PYTAG, PYTAG)
-    dist = "torch-%s.dist-info" % version
-    files = {
-        "torch/__init__.py": STUB_INIT.format(behaviour=behaviour, real_site=real_site,
-                                              git_version=git_version),
-        # what a real wheel holds, and what bisect_torch.py reads before and after installing
-        "torch/version.py": "__version__ = %r\ngit_version = %r\n" % (version, git_version),
-        dist + "/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: %s\n%s" % (
-            version, "".join("Requires-Dist: %s\n" % r for r in requires)),
-        dist + "/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: %s-%s-linux_x86_64\n" % (PYTAG, PYTAG),
-    }
-    record = []
-    with zipfile.ZipFile(os.path.join(folder, name), "w") as z:
-        for path, text in files.items():
-            data = text.encode()
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            record.append("%s,sha256=%s,%d" % (path, digest, len(data)))
-            z.writestr(path, data)
-        record.append(dist + "/RECORD,,")
-        z.writestr(dist + "/RECORD", "\n".join(record) + "\n")
-    return name
-
-
-def git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo)] + list(args), check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def nightly_world(tmp_path_factory):
-    """A nightly-style git history, a folder of stub wheels, and a venv cache of its own."""
-    root = tmp_path_factory.mktemp("nightly")
-    wheels, repo = root / "wheels", root / "pytorch"
-    wheels.mkdir()
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "nightly")
-    git(repo, "config", "user.email", "t@example.com")
-    git(repo, "config", "user.name", "t")
-    commits = {}
-    for day, behaviour in NIGHTLIES.items():
-        (repo / "version.txt").write_text(day)
-        git(repo, "add", "version.txt")
-        git(repo, "commit", "-q", "-m", "2025-09-%s nightly release (%s)" % (day, main_sha(day)))
-        commits[day] = git(repo, "rev-parse", "HEAD")
-        # A nightly's git version is the nightly-branch commit or the main-branch one: both occur
-        git_version = {"09": commits[day], "11": OTHER_COMMIT}.get(day, main_sha(day))
-        if behaviour:
-            build_stub_wheel(str(wheels), day, behaviour, git_version)
-    return {"repo": repo, "wheels": wheels, "cache": root / "cache", "commits": commits}
+from wheels import BISECT, children_of, git, main_sha, nightly_world, OTHER_COMMIT, PYTAG, serve_index  # noqa: F401
 
 
 def step(world, day, *extra):
@@ -218,51 +123,25 @@ def test_a_python_without_venv_says_what_to_install(nightly_world, tmp_path):
 @pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupted_install_leaves_no_half_built_environment(nightly_world, tmp_path, sig, rc):
     """Ctrl-C or SIGTERM while pip downloads a nightly: no .partial folder, no environment and no
-    installer remain. The
-    index is a local server that holds the wheel's download open until Ctrl-C has been sent, so
+    installer remain. The index is a local server that holds the wheel's download open until Ctrl-C has been sent, so
     nothing here depends on how fast pip is."""
-    import http.server
-    import threading
-    wheels = nightly_world["wheels"]
-    downloading, done = threading.Event(), threading.Event()
-
-    class Index(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            if self.path.endswith(".whl"):
-                downloading.set()
-                done.wait(120)
-                self.send_error(503)
-                return
-            page = "".join('<a href="/torch/%s">%s</a>\n' % (w, w) for w in sorted(os.listdir(wheels)))
-            body = ("<html><body>\n%s</body></html>" % page).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hold, asked = threading.Event(), threading.Event()
     git(nightly_world["repo"], "checkout", "-q", nightly_world["commits"]["06"])
     cache = tmp_path / "cache"
-    # pip, whose requests this small index (GET only, the wheel's download held open) was written for
-    proc = subprocess.Popen([sys.executable, BISECT, "nightly-step", "--installer", "pip", "--index",
-                             "http://127.0.0.1:%d/" % server.server_port, "--cache", str(cache)],
-                            cwd=nightly_world["repo"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert downloading.wait(300), "pip never asked for the wheel"
-        installers = children_of(proc.pid)
-        assert installers, "no installer process was seen"
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        done.set()
-        server.shutdown()
-        if proc.poll() is None:
-            proc.kill()
+    with serve_index(nightly_world["wheels"], hold=hold, asked=asked) as url:
+        # pip, whose requests this index (the wheel's download held open) was written for
+        proc = subprocess.Popen([sys.executable, BISECT, "nightly-step", "--installer", "pip", "--index", url,
+                                 "--cache", str(cache)],
+                                cwd=nightly_world["repo"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert asked.wait(300), "pip never asked for the wheel"
+            installers = children_of(proc.pid)
+            assert installers, "no installer process was seen"
+            proc.send_signal(sig)
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode == rc, out
     assert "interrupted" in out
     assert list((cache / "venvs").iterdir()) == [], out
@@ -270,30 +149,9 @@ def test_interrupted_install_leaves_no_half_built_environment(nightly_world, tmp
     assert not [p for p in installers if os.path.exists("/proc/%d" % p)], "the installer still runs"
 
 
-def children_of(pid):
-    """The pids of a process's descendants, read from /proc."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/stat" % entry) as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    found, frontier = [], [pid]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parents.items() if pp == p]
-        found += kids
-        frontier += kids
-    return found
-
-
 def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
     """The index page as PyTorch's nightly index writes it: quoted '+', hashes, several versions
     of one date around a branch cut, other Pythons and platforms."""
-    import http.server
-    import threading
     from sac_repro import builds
     names = ["torch-2.9.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl",
              "torch-2.10.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl",
@@ -304,20 +162,13 @@ def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
     (tmp_path / "torch" / "index.html").write_text("<html><body>\n" + "\n".join(
         '<a href="/whl/nightly/cpu/%s#sha256=00ff">%s</a><br/>' % (n.format(t=PYTAG), n.format(t=PYTAG).replace("%2B", "+"))
         for n in names) + "\n</body></html>")
-    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path), **k)  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        wheels = builds.torch_wheel_files("http://127.0.0.1:%d/" % server.server_port)
-    finally:
-        server.shutdown()
+    with serve_index(tmp_path) as url:
+        wheels = builds.torch_wheel_files(url)
     found = builds.wheels_for_date(wheels, "2025-08-01")
     assert [v for _, v in found] == ["2.10.0.dev20250801+cpu", "2.9.0.dev20250801+cpu"]
     assert found[0][0] == "torch-2.10.0.dev20250801+cpu-%s-%s-manylinux_2_28_x86_64.whl" % (PYTAG, PYTAG)
     assert builds.wheels_for_date(wheels, "2025-08-03") == []
-    assert wheels[found[0][0]].startswith("http://127.0.0.1:%d/whl/nightly/cpu/torch-2.10.0.dev20250801%%2Bcpu" % server.server_port)
-
-
+    assert wheels[found[0][0]] == url + "whl/nightly/cpu/" + names[1].format(t=PYTAG)
 
 
 # ----------------------------------------------------------- edges: abort, never answer

@@ -2,61 +2,15 @@
 wheel checked before the work, free space checked before an install, uv's shared store or pip's
 shared wheel cache, and a cache that can be listed and pruned. Stub wheels (see test_bisect.py)
 stand in for torch builds; each loads this environment's real torch."""
-import base64
-import hashlib
-import http.server
 import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
-import zipfile
 
 import pytest
 
-from conftest import ROOT
-from test_bisect import build_stub_wheel, PYTAG
-
-BISECT = os.path.join(ROOT, "tools", "bisect_torch.py")
-DEP = "sacstubdep"
-
-
-def dependency_wheel(folder):
-    """A package of its own that the stub torch requires: found only if the index is read right."""
-    name = "%s-1.0-py3-none-any.whl" % DEP
-    dist = "%s-1.0.dist-info" % DEP
-    files = {DEP + "/__init__.py": "", dist + "/METADATA": "Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % DEP,
-             dist + "/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = []
-    with zipfile.ZipFile(os.path.join(folder, name), "w") as z:
-        for path, text in files.items():
-            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-            record.append("%s,sha256=%s,%d" % (path, digest, len(text)))
-            z.writestr(path, text)
-        z.writestr(dist + "/RECORD", "\n".join(record + [dist + "/RECORD,,"]) + "\n")
-
-
-def make_index(root, layout):
-    """Nightlies of 2025-09-06 (broken) and 2025-09-07 (fixed, the latest), a wheel of another
-    commit for 2025-09-08, and releases 2.9.1 (broken) and 2.12.0 (fixed): flat, or one folder per
-    package (PEP 503)."""
-    torch_dir = root / "torch" if layout == "pep503" else root
-    dep_dir = root / DEP if layout == "pep503" else root
-    torch_dir.mkdir(parents=True, exist_ok=True)
-    dep_dir.mkdir(parents=True, exist_ok=True)
-    dependency_wheel(str(dep_dir))
-    builds = {"06": ("broken", "a" * 40, None), "07": ("fixed", "b" * 40, None), "08": ("fixed", "c" * 40, None),
-              "r291": ("broken", "d" * 40, "2.9.1+cpu"), "r2120": ("fixed", "e" * 40, "2.12.0+cpu")}
-    for day, (behaviour, sha, version) in builds.items():
-        build_stub_wheel(str(torch_dir), day, behaviour, sha, version=version, requires=[DEP])
-    return root
-
-
-def bisect(*args, cache, cwd=None, env=None, timeout=900):
-    proc = subprocess.run([sys.executable, BISECT] + list(args) + ["--cache", str(cache)], capture_output=True,
-                          text=True, cwd=cwd, timeout=timeout, env=dict(os.environ, **(env or {})))
-    return proc.returncode, proc.stdout + proc.stderr
+from wheels import BISECT, bisect, make_index, nightly_repo, PYTAG, serve_index
 
 
 @pytest.mark.parametrize("layout, installer", [("flat", "uv"), ("pep503", "pip")])
@@ -86,20 +40,10 @@ def test_releases_and_nightlies_in_one_table_from_a_local_index(tmp_path):
     assert "| 2025-09-07 | bbbbbbbbbbbb | `not_reproduced` | 0 |" in out
 
 
-def nightly_repo(root, days):
-    repo = root / "pytorch"
-    repo.mkdir()
-    run = lambda *a: subprocess.run(["git", "-C", str(repo)] + list(a), check=True, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    run("init", "-q", "-b", "nightly")
-    for day, main in days:
-        run("-c", "user.email=t@e", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m",
-            "2025-09-%s nightly release (%s)" % (day, main))
-    return repo
-
-
 def test_a_wheel_of_another_commit_is_rejected_before_it_is_installed(tmp_path):
     index = make_index(tmp_path / "index", "flat")
-    repo = nightly_repo(tmp_path, [("08", "f" * 40)])  # the 08 wheel says it was built from c...c
+    repo = tmp_path / "pytorch"
+    nightly_repo(repo, [("08", "f" * 40)])  # the 08 wheel says it was built from c...c
     cache = tmp_path / "cache"
     started = time.time()
     proc = subprocess.run([sys.executable, BISECT, "nightly-step", "--index", str(index), "--cache", str(cache)],
@@ -110,40 +54,14 @@ def test_a_wheel_of_another_commit_is_rejected_before_it_is_installed(tmp_path):
     assert time.time() - started < 60
 
 
-class Index(http.server.SimpleHTTPRequestHandler):
-    """A PEP 503 index over HTTP made from a folder of wheels (one page per package)."""
-
-    def do_GET(self):
-        parts = [p for p in self.path.split("/") if p]
-        if len(parts) == 1:
-            files = sorted(f for f in os.listdir(self.directory) if f.lower().startswith(parts[0].replace("-", "_")) or
-                           f.startswith(parts[0] + "-"))
-            body = "".join('<a href="/files/%s">%s</a>\n' % (f, f) for f in files).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            return
-        self.path = "/" + parts[-1]
-        super().do_GET()
-
-    def log_message(self, *args):
-        pass
-
-
 def test_a_wheel_of_another_commit_from_a_url_is_removed_after_install(tmp_path):
     flat = make_index(tmp_path / "wheels", "flat")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **k: Index(*a, directory=str(flat), **k))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    repo = nightly_repo(tmp_path, [("08", "f" * 40)])
+    repo = tmp_path / "pytorch"
+    nightly_repo(repo, [("08", "f" * 40)])
     cache = tmp_path / "cache"
-    try:
-        proc = subprocess.run([sys.executable, BISECT, "nightly-step", "--index",
-                               "http://127.0.0.1:%d/" % server.server_port, "--cache", str(cache)],
+    with serve_index(flat) as url:
+        proc = subprocess.run([sys.executable, BISECT, "nightly-step", "--index", url, "--cache", str(cache)],
                               cwd=repo, capture_output=True, text=True, timeout=600)
-    finally:
-        server.shutdown()
     assert proc.returncode == 125, proc.stdout + proc.stderr
     assert "is not the nightly under test" in proc.stdout and "installing" in proc.stdout
     assert os.listdir(cache / "venvs") == []  # the rejected environment is gone

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import SCRIPT
-from test_bisect import BISECT, git, nightly_world  # noqa: F401  (a fixture)
+from wheels import BISECT, git, nightly_world  # noqa: F401  (a fixture)
 
 HANG_IN_CHILD = """
 import os, sys, time
