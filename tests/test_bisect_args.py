@@ -461,3 +461,28 @@ def test_the_old_spellings_of_the_terms_are_refused(tmp_path, args, env):
                           cwd=tmp_path, capture_output=True, text=True, timeout=60, env=dict(os.environ, **env))
     one_line(proc.returncode, proc.stdout, proc.stderr, "--hunt-fix")
     assert not (tmp_path / "cache").exists()
+
+
+def documented_steps():
+    """Each `git bisect start` shown in the README, docs/bisecting.md and bisect_torch.py's --help,
+    with the nightly-step command that follows it: (where, start's arguments, the step's)."""
+    found = []
+    for path in ("README.md", os.path.join("docs", "bisecting.md"), os.path.join("tools", "bisect_torch.py")):
+        start = None
+        for line in open(os.path.join(ROOT, path)):
+            line = line.split("#")[0]
+            if "git bisect start" in line:
+                start = line.split("git bisect start", 1)[1].split()
+            elif "bisect_torch.py nightly-step" in line:
+                found.append((path, start, line.split("bisect_torch.py nightly-step", 1)[1].split()))
+    return found
+
+
+def test_the_documented_bisects_run_as_documented():
+    steps = documented_steps()
+    assert len(steps) >= 4, steps
+    for path, start, step in steps:
+        args = bisect_torch.parse_args(["nightly-step"] + step)
+        terms = (start[start.index("--term-old") + 1], start[start.index("--term-new") + 1]) \
+            if "--term-old" in start else ("good", "bad")
+        assert args.hunt_fix == (bisect_torch.terms_hunt(*terms) == "fix"), (path, start, step)
