@@ -113,3 +113,11 @@ def test_release_indexes_for_variants():
     assert builds.release_index("cu128", "/my/index") == "/my/index"
     assert builds.nightly_index(None, None) == "https://download.pytorch.org/whl/nightly/cpu"
     assert builds.nightly_index("cu128", None) == "https://download.pytorch.org/whl/nightly/cu128"
+
+
+def test_a_file_url_index_installs_as_its_folder(tmp_path):
+    import urllib.parse
+    index = make_index(tmp_path / "my wheels", "pep503")
+    rc, out = bisect("nightly", "2025-09-07", "--index", "file://" + urllib.parse.quote(str(index)), cache=tmp_path / "cache")
+    assert rc == 0 and "not_reproduced" in out, out
+    assert "from %s with" % index in out
