@@ -8,6 +8,7 @@ bench_sac_compile.py, one concern per module, in the order the data flows:
     verdict   the kernel classifier, each call judged, the policy check
     render    the text and markdown reports (policy_snippet: the code the policy report pastes)
     plot      --plot: pictures drawn from the judged report (matplotlib, imported only then)
+    outputs   where the entry points write: never onto an input or the bundle, and in one step
     builds    torch builds for bisect_torch.py: indexes, wheel checks, cached environments
 
 Only `measure` imports torch, and only in the child process.

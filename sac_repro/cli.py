@@ -15,7 +15,7 @@ import tempfile
 import threading
 import traceback
 
-from . import plot
+from . import outputs, plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from .exits import (codes_help, end_group, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
                     OutputError, raised_by_this_bundle, UsageError)
@@ -99,10 +99,12 @@ def check_paths(args):
                           ("--plot", args.plot), ("--bench-json", args.bench_json)):
         if value is not None and not value:
             raise UsageError("%s was given an empty path (an unset shell variable?)" % option)
-    if args.json and args.json != "-":
-        check_writable(args.json, "--json", args.from_nsys or args.from_ncu)
+    if not args.child_out:  # the child is given the parent's --plot, which the parent checked
+        outputs.check_outputs([("--json", None if args.json == "-" else args.json), ("--plot", args.plot)],
+                              [("--from-nsys", args.from_nsys, "the capture being judged"),
+                               ("--from-ncu", args.from_ncu, "the capture being judged"),
+                               ("--bench-json", args.bench_json, "the bench's table")])
     if args.plot and not args.child_out:
-        check_writable(args.plot, "--plot", args.from_nsys or args.from_ncu)
         problem = plot.plot_path_problem(args.plot)
         if problem:
             raise UsageError(problem)
@@ -325,16 +327,6 @@ def load_bench(path):
     except (ValueError, KeyError, TypeError) as e:
         why = one_line(e)
     raise UsageError("--bench-json %s: expected the JSON that `bench_sac_compile.py --json` writes (%s)" % (path, why))
-
-
-def check_writable(path, option, capture=None):
-    if os.path.isdir(path):
-        raise UsageError("%s %s: is a folder; name a file in it" % (option, path))
-    if capture and os.path.exists(path) and os.path.exists(capture) and os.path.samefile(path, capture):
-        raise UsageError("%s %s is the capture being judged: it would be overwritten" % (option, path))
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise UsageError("%s %s: folder %s does not exist or is not writable" % (option, path, folder))
 
 
 def collect_env():

@@ -157,3 +157,83 @@ def test_a_bug_in_this_bundle_aborts_with_one_line(monkeypatch, capsys, tmp_path
     err = capsys.readouterr().err
     assert rc == exits.EXIT_ABORT
     assert len(err.strip().splitlines()) == 1 and "internal error" in err
+
+
+# ------------------------------------------------- outputs never overwrite inputs or the bundle
+@pytest.fixture
+def kept(request):
+    """Files that a refused output must leave alone: put back as they were, whatever the test
+    saw, so that a check that is missing fails the test without damaging the bundle."""
+    saved = {}
+
+    def keep(path):
+        saved[path] = open(path, "rb").read()
+        return path
+    yield keep
+    for path, content in saved.items():
+        if open(path, "rb").read() != content:
+            with open(path, "wb") as fh:
+                fh.write(content)
+
+
+@pytest.mark.parametrize("spelling", [
+    "torch_compile_selective_activation_checkpoint.py", "./run_nsys.sh", "sac_repro/../README.md",
+    "tests/data/h200-torch2.11/bench.json", ".gitignore"])
+def test_json_onto_a_file_of_the_bundle_is_refused(monkeypatch, kept, spelling):
+    monkeypatch.chdir(ROOT)
+    before = open(kept(os.path.join(ROOT, spelling)), "rb").read()
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--json", spelling)
+    one_line_error(rc, stdout, stderr, "--json %s" % spelling, "a file of this bundle")
+    assert open(os.path.join(ROOT, spelling), "rb").read() == before
+
+
+def test_a_symlink_onto_a_file_of_the_bundle_is_refused(tmp_path, kept):
+    link = tmp_path / "report.json"
+    link.symlink_to(kept(os.path.join(ROOT, "README.md")))
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--json", link)
+    one_line_error(rc, stdout, stderr, "--json", "README.md, a file of this bundle")
+
+
+def test_the_bundle_is_known_without_git(monkeypatch, kept):
+    """A copy of the bundle that git does not track: its parts still say what is the bundle's."""
+    from sac_repro import outputs
+    monkeypatch.setattr(outputs, "tracked_by_git", lambda rel: False)
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--plot", kept(os.path.join(ROOT, "tests", "data", "figures",
+                                                                                   "h200_bench.png")))
+    one_line_error(rc, stdout, stderr, "--plot", "a file of this bundle")
+
+
+def test_two_outputs_onto_one_file_are_refused(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "x.png"
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--plot", path, "--json", path)
+    one_line_error(rc, stdout, stderr, "--plot %s is --json %s, another output" % (path, path))
+    assert not path.exists()
+
+
+def test_json_onto_the_capture_under_another_spelling_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(FIXED_CSV, "k.csv")
+    os.symlink("k.csv", "link.csv")
+    before = (tmp_path / "k.csv").read_bytes()
+    for spelling in ("./k.csv", "link.csv", str(tmp_path / "k.csv")):
+        rc, stdout, stderr = judge("--from-nsys", "k.csv", "--json", spelling)
+        one_line_error(rc, stdout, stderr, "--json %s is --from-nsys k.csv" % spelling)
+    assert (tmp_path / "k.csv").read_bytes() == before
+
+
+def test_json_onto_the_bench_json_is_refused_before_any_measurement(tmp_path, monkeypatch):
+    bench = tmp_path / "b.json"
+    shutil.copy(data("h200-torch2.11", "bench.json"), bench)
+    before = bench.read_bytes()
+    monkeypatch.setattr(cli, "run_child", lambda *a: pytest.fail("measured before the outputs were checked"))
+    rc, stdout, stderr = judge("--policy-report", "--bench-json", bench, "--json", bench)
+    one_line_error(rc, stdout, stderr, "--json %s is --bench-json %s" % (bench, bench))
+    assert bench.read_bytes() == before
+
+
+def test_json_on_stdout_or_beside_the_bundle_is_fine(tmp_path):
+    rc, stdout, _ = judge("--from-nsys", FIXED_CSV, "--json", "-")
+    assert rc == 0 and json.loads(stdout)["verdict"] == "not_reproduced"
+    rc, _, stderr = judge("--from-nsys", FIXED_CSV, "--json", tmp_path / "README.md")
+    assert rc == 0, stderr
