@@ -159,7 +159,7 @@ def run(script_path, argv):
         emit(as_json)
         return report["exit_code"]
     if args.json:
-        write_file(args.json, as_json + "\n", "--json")
+        outputs.write_text(args.json, as_json + "\n", "--json")
     command = ("python %s %s" % (os.path.basename(script_path), " ".join(argv))).strip()
     if args.policy_report:
         emit(render_policy_markdown(report, command, collect_env() if report["env"].get("torch") else None,
@@ -184,7 +184,7 @@ def draw(report, args):
             with tempfile.TemporaryDirectory(prefix="sac_repro_") as folder:
                 timeline = timeline_from_sqlite(sqlite_of_nsys_rep(args.from_nsys, folder), LOOP_RANGE, LOOPS)
     try:
-        plot.draw_report(report, args.plot, timeline)
+        outputs.replace_atomically(args.plot, lambda target: plot.draw_report(report, target, timeline))
     except Exception as e:
         raise OutputError("cannot draw --plot %s: %s" % (args.plot, one_line(e)))
     report["plot"] = args.plot
@@ -199,14 +199,6 @@ def emit(text):
         sys.stdout.flush()
     except OSError as e:
         raise OutputError("cannot write the report to standard output: %s" % (e.strerror or e))
-
-
-def write_file(path, text, option):
-    try:
-        with open(path, "w") as fh:
-            fh.write(text)
-    except OSError as e:
-        raise OutputError("cannot write %s %s: %s" % (option, path, e.strerror or e))
 
 
 def loops_only_exit(raw):

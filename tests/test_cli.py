@@ -237,3 +237,62 @@ def test_json_on_stdout_or_beside_the_bundle_is_fine(tmp_path):
     assert rc == 0 and json.loads(stdout)["verdict"] == "not_reproduced"
     rc, _, stderr = judge("--from-nsys", FIXED_CSV, "--json", tmp_path / "README.md")
     assert rc == 0, stderr
+
+
+# ------------------------------------------------------ an interrupted write leaves the old file
+def limited_to(nbytes):
+    """For a child process: no file it writes may grow past nbytes, so a write fails midway (EFBIG;
+    Python ignores SIGXFSZ)."""
+    import resource
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, resource.RLIM_INFINITY))
+
+
+@pytest.mark.parametrize("option, name", [("--json", "report.json"), ("--plot", "evidence.png")])
+def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path, option, name):
+    if option == "--plot":
+        pytest.importorskip("matplotlib")
+    out = tmp_path / name
+    out.write_bytes(b"the old report\n")
+    proc = subprocess.run([sys.executable, SCRIPT, "--from-nsys", FIXED_CSV, option, str(out)], capture_output=True,
+                          text=True, preexec_fn=limited_to(4000), timeout=120)
+    assert proc.returncode == 128, proc.stdout + proc.stderr
+    assert "cannot" in proc.stderr and option in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert out.read_bytes() == b"the old report\n"
+    assert os.listdir(tmp_path) == [name]  # no half-written file left beside it
+
+
+def test_an_interrupted_write_leaves_the_old_file(tmp_path):
+    from sac_repro import outputs
+    out = tmp_path / "report.json"
+    out.write_text("old")
+
+    def half_then_a_signal(target):
+        with open(target, "w") as fh:
+            fh.write("{\"half\": ")
+        raise exits.Interrupted(15)
+    with pytest.raises(exits.Interrupted):
+        outputs.replace_atomically(str(out), half_then_a_signal)
+    assert out.read_text() == "old" and os.listdir(tmp_path) == ["report.json"]
+    outputs.write_text(str(out), "new", "--json")
+    assert out.read_text() == "new" and os.listdir(tmp_path) == ["report.json"]
+
+
+def test_a_new_output_gets_the_permissions_open_would_give(tmp_path):
+    from sac_repro import outputs
+    umask = os.umask(0o022)
+    try:
+        outputs.write_text(str(tmp_path / "new.json"), "{}", "--json")
+    finally:
+        os.umask(umask)
+    assert oct(os.stat(tmp_path / "new.json").st_mode & 0o777) == oct(0o644)
+    os.chmod(tmp_path / "new.json", 0o600)
+    outputs.write_text(str(tmp_path / "new.json"), "{}", "--json")
+    assert oct(os.stat(tmp_path / "new.json").st_mode & 0o777) == oct(0o600)  # an old file's are kept
+
+
+def test_an_output_through_a_symlink_replaces_the_file_it_names(tmp_path):
+    from sac_repro import outputs
+    (tmp_path / "real.json").write_text("old")
+    (tmp_path / "link.json").symlink_to("real.json")
+    outputs.write_text(str(tmp_path / "link.json"), "new", "--json")
+    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "real.json").read_text() == "new"
