@@ -53,6 +53,22 @@ def judge(*args):
     return rc, out.getvalue(), err.getvalue()
 
 
+@pytest.fixture
+def kept():
+    """Files that a refused output must leave alone: put back as they were, whatever the test
+    saw, so that a check that is missing fails the test without damaging the bundle."""
+    saved = {}
+
+    def keep(path):
+        saved[path] = open(path, "rb").read()
+        return path
+    yield keep
+    for path, content in saved.items():
+        if open(path, "rb").read() != content:
+            with open(path, "wb") as fh:
+                fh.write(content)
+
+
 def run_json(python, tmp_path, *args, **kw):
     out = tmp_path / "report.json"
     rc, stdout, stderr = run(python, "--json", str(out), *args, **kw)

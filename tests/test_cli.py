@@ -160,22 +160,6 @@ def test_a_bug_in_this_bundle_aborts_with_one_line(monkeypatch, capsys, tmp_path
 
 
 # ------------------------------------------------- outputs never overwrite inputs or the bundle
-@pytest.fixture
-def kept(request):
-    """Files that a refused output must leave alone: put back as they were, whatever the test
-    saw, so that a check that is missing fails the test without damaging the bundle."""
-    saved = {}
-
-    def keep(path):
-        saved[path] = open(path, "rb").read()
-        return path
-    yield keep
-    for path, content in saved.items():
-        if open(path, "rb").read() != content:
-            with open(path, "wb") as fh:
-                fh.write(content)
-
-
 @pytest.mark.parametrize("spelling", [
     "torch_compile_selective_activation_checkpoint.py", "./run_nsys.sh", "sac_repro/../README.md",
     "tests/data/h200-torch2.11/bench.json", ".gitignore"])
