@@ -307,18 +307,68 @@ def signal_name(num):
 
 
 def load_bench(path):
-    """A bench JSON (`bench_sac_compile.py --json`), checked for what the policy report reads."""
+    """A bench JSON (`bench_sac_compile.py --json`), checked for all that the policy report reads."""
     from .captures import check_input_file
     check_input_file(path, "--bench-json")
-    why = "no rows, or no baseline among them"
     try:
         with open(path) as fh:
             bench = json.load(fh)
-        if bench["baseline"] in bench["rows"] and all("median" in r for r in bench["rows"].values()):
-            return bench
-    except (ValueError, KeyError, TypeError) as e:
-        why = one_line(e)
-    raise UsageError("--bench-json %s: expected the JSON that `bench_sac_compile.py --json` writes (%s)" % (path, why))
+        problem = bench_problem(bench)
+    except ValueError as e:
+        problem = "not JSON: %s" % one_line(e)
+    if problem:
+        raise UsageError("--bench-json %s: expected the JSON that `bench_sac_compile.py --json` writes: %s"
+                         % (path, problem))
+    return bench
+
+
+def bench_problem(bench):
+    """The first field of a bench table that render.py's policy report could not read, or None."""
+    if not isinstance(bench, dict):
+        return "a JSON object, found %s" % type(bench).__name__
+    for key in ("device", "torch", "dtype"):
+        if not (isinstance(bench.get(key), str) and bench[key]):
+            return wrong(bench, key, "a non-empty string")
+    for key in ("layers", "hidden", "tokens") + (("world",) if bench.get("fsdp") else ()):
+        if not is_count(bench.get(key), 1):
+            return wrong(bench, key, "a whole number > 0")
+    if "fsdp" in bench and not isinstance(bench["fsdp"], bool):
+        return wrong(bench, "fsdp", "true or false")
+    rows = bench.get("rows")
+    if not (isinstance(rows, dict) and rows):
+        return wrong(bench, "rows", "an object of arrangements, one at least")
+    for name, r in rows.items():
+        at = 'rows["%s"]' % name
+        if not isinstance(r, dict):
+            return wrong(rows, name, "an object", at)
+        if not (is_number(r.get("median")) and r["median"] > 0):
+            return wrong(r, "median", "a finite number of ms > 0", at + ".median")
+        if r.get("mem") is not None and not (is_number(r["mem"]) and r["mem"] >= 0):
+            return wrong(r, "mem", "a finite number of GiB >= 0, or null", at + ".mem")
+        if r.get("bwd_mm") is not None and not is_count(r["bwd_mm"], 0):
+            return wrong(r, "bwd_mm", "a whole number >= 0, or null", at + ".bwd_mm")
+    if not (isinstance(bench.get("baseline"), str) and bench["baseline"] in rows):
+        return wrong(bench, "baseline", "the name of one of the rows")
+    # the wrapped arrangement's memory is set against these two rows' (render.supported_and_open)
+    wrapped = [r for n, r in rows.items() if "wrap_inductor_compiled_regions" in n and r.get("mem") is not None]
+    for name in ("compiled, no checkpoint", "compile(sac(block)) [workaround]"):
+        if wrapped and name in rows and rows[name].get("mem") is None:
+            return wrong(rows[name], "mem", "a number: the wrapped arrangement's memory is compared with it",
+                         'rows["%s"].mem' % name)
+    return None
+
+
+def wrong(holder, key, expected, name=None):
+    found = "nothing" if key not in holder else json.dumps(holder[key])[:60]
+    return "%s must be %s, found %s" % (name or key, expected, found)
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_count(value, least):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def collect_env():
