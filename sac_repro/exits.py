@@ -44,7 +44,7 @@ def codes_help(codes=CODES, heading="exit codes (the `git bisect run` contract; 
         for code, verdict, meaning in codes)
 
 
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # SIGQUIT: Ctrl-\
 
 
 class UsageError(Exception):

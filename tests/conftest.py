@@ -17,6 +17,7 @@ SCRIPT = os.path.join(ROOT, "torch_compile_selective_activation_checkpoint.py")
 DATA = os.path.join(ROOT, "tests", "data")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+from sac_repro.exits import HANDLED_SIGNALS  # noqa: E402
 
 
 
@@ -32,7 +33,7 @@ def run(python, *args, env=None, timeout=900):
 def restore_signal_handlers():
     """An entry point run in this process (cli.main, bisect_torch.main) installs its signal
     handlers; the test process gets its own back afterwards."""
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    handlers = {s: signal.getsignal(s) for s in HANDLED_SIGNALS}
     yield
     for s, h in handlers.items():
         signal.signal(s, h)
@@ -42,7 +43,7 @@ def judge(*args):
     """The main script's command line in this process (fast, and visible to a mutation tool):
     (exit code, stdout, stderr). For what needs no torch: reading captures, usage errors."""
     from sac_repro import cli
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    handlers = {s: signal.getsignal(s) for s in HANDLED_SIGNALS}
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

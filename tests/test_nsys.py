@@ -435,7 +435,8 @@ def test_a_failing_nsys_stats_aborts(fake_tools):
     assert "nsys stats could not read it" in stderr and "broken export" in stderr
 
 
-@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129),
+                                     (signal.SIGQUIT, 131)])
 def test_a_signal_to_the_wrapper_ends_the_capture(fake_tools, sig, rc):
     """The capture (here an nsys that hangs) runs in a session of its own; a signal to run_nsys.sh
     ends it, and nothing is judged."""
