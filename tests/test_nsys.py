@@ -378,6 +378,17 @@ def test_wrapper_with_a_bad_python_aborts(fake_tools, python):
     (["-o", "/missing/dir/x"], "/missing/dir"),
     (["--report", ""], "--report"),
     (["-o", ""], "-o needs a report NAME"),
+    # nsys expands %p, %h, %n, %q{VAR} and %% in -o: the report would be written under another name
+    (["-o", "cap_%p"], "-o cap_%p: nsys expands %"),
+    (["-o", "run_%q{HOME}.nsys-rep"], "-o run_%q{HOME}.nsys-rep: nsys expands %"),
+    (["-o", "100%%"], "-o 100%%: nsys expands %"),
+    # options for the judge go after --; capture options with --report would change nothing
+    (["--hunt-fix"], "--hunt-fix: options for the script go after --"),
+    (["-o", "mine", "--json", "v.json"], "--json: options for the script go after --"),
+    (["--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "--device", "cuda"], "--device would change nothing"),
+    (["--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "--timeout=5"], "--timeout=5 would change nothing"),
+    (["--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "-o", "mine"], "-o: not an option run_nsys.sh passes on"),
+    (["--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "--", "--hunt-fix"], "--: not an option"),
 ])
 def test_wrapper_usage_errors_abort_before_any_capture(fake_tools, args, message):
     fake_tools.install("nsys", FAKE_NSYS)
