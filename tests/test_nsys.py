@@ -347,6 +347,16 @@ def test_real_nsys_capture_with_the_fix_reverted(name):
     assert "VERDICT: reproduced (exit 1): 50 of 50 calls under SAC ran eagerly" in stdout
 
 
+def test_an_sqlite_export_under_another_extension_is_judged_by_its_content(fake_tools, tmp_path):
+    """The format is read from the file's first bytes, never from its name: a .db is an SQLite export."""
+    db = tmp_path / "x.db"
+    shutil.copy(data("h200-torch2.11-fix-reverted", "capture.sqlite"), db)
+    rc, stdout, _ = judge("--from-nsys", db)
+    assert rc == 1 and "VERDICT: reproduced (exit 1): 50 of 50 calls under SAC ran eagerly" in stdout, stdout
+    got, stdout, stderr, _ = fake_tools("--report", str(db))
+    assert got == 1 and "50 ran eagerly" in stdout, stdout + stderr
+
+
 def test_hunting_the_fix_on_a_real_affected_capture_exits_0(fake_tools):
     got, stdout, stderr, _ = fake_tools("--report", data("h200-torch2.11-fix-reverted", "capture.sqlite"), "--hunt-fix")
     assert got == 0, stdout + stderr
