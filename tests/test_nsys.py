@@ -490,6 +490,17 @@ def test_a_signal_to_the_wrapper_ends_the_capture(fake_tools, sig, rc):
     assert not os.path.exists("/proc/%d" % nsys_pid), "the capture still runs"
 
 
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129),
+                                     (signal.SIGQUIT, 131)])
+def test_a_judge_ended_by_a_signal_passes_it_on(fake_tools, tmp_path, sig, rc):
+    """Only the judge got the signal (the wrapper got none): 128+n, neither a verdict nor a bug."""
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\ncase "$1" in -c) exec %s "$@" ;; esac\nkill -%d $$\n' % (sys.executable, sig))
+    python.chmod(0o755)
+    got, stdout, stderr, _ = fake_tools("--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), PYTHON=python)
+    assert got == rc, (stdout, stderr)
+
+
 def test_a_failure_inside_the_wrapper_is_no_verdict(fake_tools, tmp_path):
     """The outermost guard: a failure that no input reaches is injected here (through BASH_ENV, a
     function that exits 1 in place of a builtin the wrapper runs). It must leave as 128, never
@@ -508,3 +519,15 @@ def test_an_ncu_that_wrote_nothing_cannot_test(fake_tools):
     got, stdout, stderr, _ = fake_tools()
     assert got == 125, stdout + stderr
     assert "ncu wrote nothing" in stderr and "VERDICT" not in stdout
+
+
+@pytest.mark.release
+def test_every_mutant_of_the_wrapper_is_killed():
+    """tests/mutate_run_nsys.py: each hand-made mutant of run_nsys.sh fails this file's tests. It
+    runs this file once per mutant (over 15 minutes on 2 cores), hence the release tier."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "mutate_run_nsys.py")], capture_output=True,
+                          text=True, timeout=3 * 3600)
+    lines = proc.stdout.strip().splitlines()
+    assert lines and all(l.startswith("killed ") for l in lines[:-1]), proc.stdout + proc.stderr[-2000:]
+    assert proc.returncode == 0 and lines[-1] == "%d of %d mutants of run_nsys.sh killed" % (len(lines) - 1,
+                                                                                          len(lines) - 1)
