@@ -22,6 +22,15 @@ CODES = (
     (EXIT_ABORT, "-", "usage error, output that could not be written, or a bug in this bundle (aborts a bisect); "
      "128+n: ended by signal n"),
 )
+# The bench (tools/bench_sac_compile.py) gives no verdict: it measures, or says why it could not.
+BENCH_CODES = (
+    (EXIT_OK, "measured", "every arrangement matched eager and was timed: the table printed, --json and "
+     "--plot written"),
+    (EXIT_CANNOT_TEST, "cannot_test", "this build cannot be measured: no such device, torch failed to import "
+     "or raised, or an arrangement's loss or gradients differ from eager beyond --tolerance"),
+    (EXIT_ABORT, "-", "usage error, output that could not be written, or a bug in this bundle; "
+     "128+n: ended by signal n"),
+)
 # The exit code of each verdict, for each way of bisecting: --hunt-fix swaps 0 and 1, for
 # `git bisect start --term-old broken --term-new fixed`.
 TERMS = {
@@ -61,12 +70,12 @@ BISECT_CODES = (
 )
 
 
-def codes_help():
+def codes_help(codes=CODES, heading="exit codes (the `git bisect run` contract; --hunt-fix swaps 0 and 1):"):
     """The exit codes as --help prints them."""
     import textwrap
-    return "exit codes (the `git bisect run` contract; --hunt-fix swaps 0 and 1):\n" + "\n".join(
+    return heading + "\n" + "\n".join(
         textwrap.fill(meaning, 100, initial_indent="  %-4d %-15s " % (code, verdict), subsequent_indent=" " * 23)
-        for code, verdict, meaning in CODES)
+        for code, verdict, meaning in codes)
 
 
 def command_codes_help(command):
@@ -77,11 +86,16 @@ def command_codes_help(command):
         for cmd, code, meaning in BISECT_CODES if cmd == command)
 
 
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # SIGQUIT: Ctrl-\
 
 
 class UsageError(Exception):
     """Bad input from the user: one line and EXIT_ABORT, never a verdict."""
+
+
+class CannotTest(Exception):
+    """This build cannot show it or be measured (no such device, torch failed): one line and
+    EXIT_CANNOT_TEST."""
 
 
 class OutputError(Exception):
@@ -135,8 +149,8 @@ def say_error(line):
 
 
 def guarded(body, whose):
-    """Runs an entry point's body and returns its exit code: the body's, or EXIT_ABORT with one
-    line for a usage error, output that could not be written, or a bug of `whose`; 128+n for a
+    """Runs an entry point's body and returns its exit code: the body's, EXIT_CANNOT_TEST with one
+    line for CannotTest, or EXIT_ABORT with one line for a usage error, output that could not be written, or a bug of `whose`; 128+n for a
     signal. Output is flushed here, so a closed pipe is caught here and not at interpreter exit."""
     raise_on_signals()
     try:
@@ -151,6 +165,9 @@ def guarded(body, whose):
                 raise OutputError("cannot write the report: standard output or error is closed")
             stream.flush()
         return code
+    except CannotTest as e:
+        say_error("cannot_test: %s" % e)
+        return EXIT_CANNOT_TEST
     except UsageError as e:
         say_error("usage error: %s" % e)
     except OutputError as e:
