@@ -17,9 +17,10 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 
 from .exits import CannotTest, UsageError
 from .measure import backward_matmuls, fresh_code
+from .verdict import B_EAGER, B_EAGER_SAC, B_NO_CHECKPOINT, B_REPORTED, B_WORKAROUND, B_WRAPPED
 
 MATMULS = [torch.ops.aten.mm.default]
-WORKAROUND = "compile(sac(block)) [workaround]"
+WORKAROUND = B_WORKAROUND
 
 
 def policy_saving(ops):
@@ -54,15 +55,15 @@ def arrangements():
     code object: Dynamo's cache, and on affected torch its sticky skip under SAC, live on it."""
     sac = policy_saving(MATMULS)
     out = {
-        "eager": lambda b: b,
-        "eager SAC": lambda b: checkpoint_wrapper(b, context_fn=sac),
-        "compiled, no checkpoint": lambda b: compiled(b),
-        "sac(compile(block)) [reported]": lambda b: checkpoint_wrapper(compiled(b), context_fn=sac),
-        WORKAROUND: lambda b: compiled(checkpoint_wrapper(b, context_fn=sac)),
+        B_EAGER: lambda b: b,
+        B_EAGER_SAC: lambda b: checkpoint_wrapper(b, context_fn=sac),
+        B_NO_CHECKPOINT: lambda b: compiled(b),
+        B_REPORTED: lambda b: checkpoint_wrapper(compiled(b), context_fn=sac),
+        B_WORKAROUND: lambda b: compiled(checkpoint_wrapper(b, context_fn=sac)),
     }
     if hasattr(torch._inductor.config, "wrap_inductor_compiled_regions"):  # 2.10 and later
         sac_wrap = policy_saving(MATMULS + [torch.ops.higher_order.inductor_compiled_code])
-        out["sac(compile(block, wrap_inductor_compiled_regions))"] = lambda b: checkpoint_wrapper(
+        out[B_WRAPPED] = lambda b: checkpoint_wrapper(
             compiled(b, wrap_inductor_compiled_regions=True), context_fn=sac_wrap)
     return out
 

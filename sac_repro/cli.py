@@ -20,7 +20,7 @@ from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from .exits import (codes_help, end_group, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
                     OutputError, raised_by_this_bundle, UsageError)
 from .render import PROGRESS, render_markdown, render_policy_markdown, render_text
-from .verdict import LOOP_RANGE, LOOPS, report_from_child, report_from_loops
+from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
 
 class Parser(argparse.ArgumentParser):
@@ -350,8 +350,8 @@ def bench_problem(bench):
     if not (isinstance(bench.get("baseline"), str) and bench["baseline"] in rows):
         return wrong(bench, "baseline", "the name of one of the rows")
     # the wrapped arrangement's memory is set against these two rows' (render.supported_and_open)
-    wrapped = [r for n, r in rows.items() if "wrap_inductor_compiled_regions" in n and r.get("mem") is not None]
-    for name in ("compiled, no checkpoint", "compile(sac(block)) [workaround]"):
+    wrapped = [r for n, r in rows.items() if n == B_WRAPPED and r.get("mem") is not None]
+    for name in (B_NO_CHECKPOINT, B_WORKAROUND):
         if wrapped and name in rows and rows[name].get("mem") is None:
             return wrong(rows[name], "mem", "a number: the wrapped arrangement's memory is compared with it",
                          'rows["%s"].mem' % name)

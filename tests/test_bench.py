@@ -186,3 +186,10 @@ def test_a_bench_output_that_fails_midway_leaves_the_old_file(tmp_path, option, 
                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (500, resource.RLIM_INFINITY)))
     assert proc.returncode == 128 and "cannot" in proc.stderr and "--" + option in proc.stderr, proc.stderr
     assert out.read_bytes() == b"the old table\n" and os.listdir(tmp_path) == [name]
+
+
+def test_the_bench_builds_the_arrangements_of_the_one_table_and_the_recorded_table_names_them():
+    from sac_repro import bench, verdict
+    assert list(bench.arrangements()) == list(verdict.ARRANGEMENTS)
+    recorded = json.load(open(data("h200-torch2.11", "bench.json")))
+    assert set(recorded["rows"]) <= set(verdict.ARRANGEMENTS) and recorded["baseline"] == verdict.B_WORKAROUND
