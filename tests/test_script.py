@@ -4,6 +4,7 @@ errors and eager calls come from a sitecustomize.py in the measured child."""
 import re
 import sys
 import textwrap
+import types
 
 import pytest
 
@@ -231,3 +232,72 @@ def test_a_failing_import_of_the_bundle_in_the_child_aborts(tmp_path):
     rc, stdout, stderr = run(sys.executable, "--device", "cpu", env={"PYTHONPATH": str(tmp_path)}, timeout=300)
     assert rc == 128, (rc, stdout, stderr)
     assert "sac_repro.measure" in stderr
+
+
+# --------------------------------------------------------- what the measured part makes of errors
+# Stand-ins for what a torch under test does in the measured child. A call is refused as from 2.12
+# on with the fix reverted: the compiled f under SAC raises fullgraph's "found no compiled frames".
+REFUSED_UNDER_SAC = """
+    import torch.utils.checkpoint as _cp
+    _real_checkpoint = _cp.checkpoint
+    def _checkpoint(fn, *args, **kwargs):
+        if "context_fn" in kwargs and hasattr(fn, "_torchdynamo_orig_callable"):
+            raise RuntimeError("torch.compile with fullgraph=True found no compiled frames (stand-in)")
+        return _real_checkpoint(fn, *args, **kwargs)
+    _cp.checkpoint = _checkpoint
+    """
+
+
+def test_calls_that_fullgraph_refuses_under_sac_reproduce(tmp_path):
+    """2.12 and later with the fix reverted: each profiled call under SAC raises; that is the bug,
+    made loud, never a torch that crashed."""
+    rc, stdout, _ = run(sys.executable, "--device", "cpu", env=write_sitecustomize(tmp_path, REFUSED_UNDER_SAC))
+    assert rc == 1, stdout
+    assert "VERDICT: reproduced (exit 1): 3 of 3 calls under SAC ran eagerly (Dynamo skipped f_compiled and, " \
+           "with fullgraph=True, raised" in stdout
+
+
+def test_a_torch_without_the_sac_api_cannot_test(tmp_path):
+    """torch before 2.5 has no CheckpointPolicy: the report's import fails there, and that build
+    cannot show the bug (125), never a bug here (128)."""
+    env = write_sitecustomize(tmp_path, """
+        import torch.utils.checkpoint as _cp
+        del _cp.CheckpointPolicy
+        """)
+    rc, stdout, stderr = run(sys.executable, "--device", "cpu", env=env)
+    assert rc == 125, (stdout, stderr)
+    assert "lacks the public SAC API the report imports" in stdout
+
+
+@pytest.mark.parametrize("strict, want", [(False, 0), (True, 125)])
+def test_a_backward_that_raises_leaves_the_verdict_and_no_policy(tmp_path, strict, want):
+    """2.9: backward through checkpoint(compiled f) raises in Dynamo. The policy check is then
+    not measured, which the verdict does not rest on, and which --strict-policy cannot judge."""
+    env = write_sitecustomize(tmp_path, """
+        import torch
+        def _backward(self, *args, **kwargs):
+            raise RuntimeError("stand-in for backward through checkpoint(compiled f) raising")
+        torch.Tensor.backward = _backward
+        """)
+    rc, report, stdout, _ = run_json(sys.executable, tmp_path, "--device", "cpu",
+                                     *(["--strict-policy"] if strict else []), env=env)
+    assert rc == want, stdout
+    assert report["policy"]["trusted"] is False
+    assert "stand-in for backward" in report["policy"]["backward_errors"]["with_context"]
+
+
+def test_the_recorded_policy_answers_as_the_reports_policy():
+    """The recording stands between SAC and the report's policy_fn: it must hand on policy_fn's
+    answer. Were it to answer PREFER_RECOMPUTE, eager SAC would recompute the matmul on CUDA, the
+    controls would disagree, and --strict-policy could no longer judge (125)."""
+    from torch.utils.checkpoint import CheckpointPolicy
+    from sac_repro import measure
+
+    def policy_fn(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op == "mm" else CheckpointPolicy.PREFER_RECOMPUTE
+    namespace = {"policy_fn": policy_fn, "create_selective_checkpoint_contexts": lambda policy: policy}
+    seen = measure.record_policy_calls(namespace)
+    recording = namespace["context_fn"]()
+    assert recording(types.SimpleNamespace(is_recompute=False), "mm") == CheckpointPolicy.MUST_SAVE
+    assert recording(types.SimpleNamespace(is_recompute=True), "mul") == CheckpointPolicy.PREFER_RECOMPUTE
+    assert seen == {("mm", "MUST_SAVE"): 1}  # what SAC asked in the forward only

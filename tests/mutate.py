@@ -1,0 +1,387 @@
+"""Hand-made mutants of the bundle's files, each run against the fast tests that should kill it: a
+mutant that no test kills is a line no test guards. Not a test itself: the release tier runs it
+for run_nsys.sh (tests/test_nsys.py); the other tables take too long for CI, and are run by hand:
+
+    .venv-test/bin/python tests/mutate.py [FILE ...]     # default: every file that has a table
+    .venv-test/bin/python tests/mutate.py --only TEXT sac_repro/builds.py   # the mutants saying TEXT
+
+It prints one line per mutant (killed or SURVIVED, and its seconds), then a score per file, and
+exits 0 only when every mutant not marked equivalent was killed. A mutant is one textual change to
+a copy of the bundle; only the tests it names run on that copy (the whole tier once per mutant
+would take hours). --baseline first runs each selection of tests on an unchanged copy: a test
+that fails there would "kill" every mutant given to it.
+"""
+import argparse
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A mutant whose tests run longer has made them hang: that is a kill, but the run must go on.
+MUTANT_TIMEOUT = 1800
+
+Mutant = collections.namedtuple("Mutant", "what old new tests k equivalent")
+
+
+def mutant(what, old, new, tests, k=None, equivalent=None):
+    """tests: the test files (or node ids) that should kill it, space-separated; k: pytest's -k
+    over them; equivalent: why no realistic input tells this mutant from the code. An equivalent
+    one stays in its table, so that the score counts it, and may survive."""
+    return Mutant(what, old, new, tuple(tests.split()), k, equivalent)
+
+
+# ----------------------------------------------------------------------------- run_nsys.sh
+# (what it breaks, the text in run_nsys.sh, what it becomes); all of them against tests/test_nsys.py
+RUN_NSYS = [mutant(what, old, new, "tests/test_nsys.py") for what, old, new in [
+    ("a report written before this capture is judged",
+     'if [ "$(identity "$name.nsys-rep")" != "$before_rep" ]', 'if [ -e "$name.nsys-rep" ]'),
+    ("a stale .qdrep is judged",
+     'elif [ "$(identity "$name.qdrep")" != "$before_qdrep" ]', 'elif [ -e "$name.qdrep" ]'),
+    ("the capture run's 125 is not passed on (nsys)",
+     '[ $rc -eq 125 ] && { note "the capture run says cannot_test (exit 125): not judged"; exit 125; }\n  if [',
+     'if ['),
+    ("the capture run's 125 is not passed on (ncu)",
+     '  [ $rc -eq 125 ] && { note "the capture run says cannot_test (exit 125): not judged"; exit 125; }\n  [ -s',
+     '  [ -s'),
+    ("the judge's 0 and 1 are swapped", '0|1) judged=$code; exit "$code" ;;', '0|1) judged=$((1 - code)); exit $((1 - code)) ;;'),
+    ("the judge's options are dropped",
+     'judge --from-nsys "$report" ${judge_opts[@]+"${judge_opts[@]}"}', 'judge --from-nsys "$report"'),
+    ("--hunt-fix and --strict-policy go to the capture run",
+     '--hunt-fix|--strict-policy|--markdown|--json=*|--plot=*) judge_opts+=("$1") ;;',
+     '--hunt-fix|--strict-policy|--markdown|--json=*|--plot=*) capture+=("$1") ;;'),
+    ("the capture options are not checked first", "\ncheck_capture_options\n", "\n"),
+    ("-o NAME.nsys-rep is taken as the name", 'name=${2%.nsys-rep}; name=${name%.qdrep}; shift 2', 'name=$2; shift 2'),
+    ("-o into a missing folder is not refused",
+     '[ -d "$folder" ] && [ -w "$folder" ] || die', '[ -d "$folder" ] || [ -w "$folder" ] || true ||  die'),
+    ("a bad PYTHON is not refused", 'die "PYTHON=$py: $what;', 'true "PYTHON=$py: $what;'),
+    ("a symlink to the wrapper is not followed", 'while [ -L "$self" ]; do', 'while false; do'),
+    ("the outermost guard is gone", "trap 'rc=$?", "true 'rc=$?"),
+    ("the report's '-s cpu' is never kept", "if grep -q \"'cpu'\" <<<\"$(section sample)\"; then",
+     "if false; then"),
+    ("-x true is passed where nsys lacks it", 'if [ -n "$(section stop-on-exit)" ]; then', 'if true; then'),
+    ("the capture runs the whole script, not the loops",
+     'run_bg nsys profile "${flags[@]}" "$py" "$script" --loops-only', 'run_bg nsys profile "${flags[@]}" "$py" "$script"'),
+    ("Inductor's compile workers are not limited", "export TORCHINDUCTOR_COMPILE_THREADS=1", ":"),
+    ("ncu ignores the script's capture range", "ncu --nvtx --print-summary per-nvtx --profile-from-start off \\",
+     "ncu --nvtx --print-summary per-nvtx \\"),
+    ("an empty ncu output is judged", '[ -s "$name.ncu.txt" ] || {', 'true || {'),
+    ("usage errors exit 1", 'die() { echo "run_nsys.sh: $*" >&2; exit 128; }', 'die() { echo "run_nsys.sh: $*" >&2; exit 1; }'),
+    ("a signal leaves the capture running", 'kill -TERM -- "-$running" 2>/dev/null || kill -TERM "$running" 2>/dev/null',
+     'true'),
+    ("a signal exits 0", 'echo "run_nsys.sh: interrupted by $1: stopped the capture it had started, no verdict" >&2\n  exit "$2"',
+     'echo "run_nsys.sh: interrupted by $1: stopped the capture it had started, no verdict" >&2\n  exit 0'),
+    ("--report passes an empty path on", '[ -n "$2" ] || die "--report was given an empty path', 'true || die "--report was given an empty path'),
+    ("a % in -o reaches nsys", 'case "$2" in *%*) die "-o $2: nsys expands', 'case "$2" in *%*) true "-o $2: nsys expands'),
+    ("SIGHUP is not trapped", "trap 'on_signal SIGHUP 129' HUP\n", "\n"),
+    ("SIGQUIT is not trapped", "trap 'on_signal SIGQUIT 131' QUIT\n", "\n"),
+    ("the guard turns SIGHUP's 129 into 128", "        125|128|129|130|131|143) ;;", "        125|128|130|131|143) ;;"),
+    ("the guard turns SIGQUIT's 131 into 128", "        125|128|129|130|131|143) ;;", "        125|128|129|130|143) ;;"),
+    ("a judge ended by SIGHUP or SIGQUIT is called a bug", '    125|128|129|130|131|143) exit "$code" ;;',
+     '    125|128|130|143) exit "$code" ;;'),
+    ("the judge's options are taken without --",
+     '[ "$1" = "--" ] || die "$1: options for the script go after -- (see --help)"\n  shift',
+     '[ "$1" != "--" ] || shift'),
+    ("--report takes the capture's options and ignores them",
+     '[ ${#capture[@]} -eq 0 ] || die "--report judges', 'true || die "--report judges'),
+    ("an option it does not know is passed to the judge",
+     '      *) die "$1: not an option run_nsys.sh passes on', '      *) judge_opts+=("$1"); : "$1: not an option run_nsys.sh passes on'),
+]]
+
+# ----------------------------------------------------------------------------- sac_repro/measure.py
+SCRIPT_TESTS = "tests/test_script.py"
+MEASURE = [
+    mutant("a profiled call profiles nothing",
+           "entry[\"calls\"].append(profile_call(step, device, timeline))",
+           "entry[\"calls\"].append(profile_call(lambda: None, device, timeline))",
+           SCRIPT_TESTS, k="test_fixed_torch_runs_compiled_code_under_sac"),
+    mutant("one profiled call per scenario: a compiled call hides the eager ones",
+           "PROFILED_CALLS = 3", "PROFILED_CALLS = 1",
+           SCRIPT_TESTS, k="test_some_eager_calls_under_sac_reproduce_in_the_profile"),
+    mutant("a call that fullgraph refused raises, and the reproduced bug reads as a torch crash",
+           "            entry[\"calls\"].append({\"names\": [], \"refused\": one_line(e)})",
+           "            raise",
+           SCRIPT_TESTS, k="test_calls_that_fullgraph_refuses_under_sac_reproduce"),
+    mutant("any error in a profiled call reads as fullgraph's refusal: a torch crash reproduces",
+           "            if not refused_to_run_eagerly(e):\n                raise\n            entry",
+           "            if False:\n                raise\n            entry",
+           SCRIPT_TESTS, k="test_a_bug_in_the_measured_part_aborts"),
+    mutant("an error in the control or the case is kept as a side scenario's",
+           "            if name in (CONTROL, CASE):\n                raise\n", "",
+           SCRIPT_TESTS, k="test_a_bug_in_the_measured_part_aborts"),
+    mutant("a side scenario's error hides the verdict",
+           "            scenarios[name] = {\"calls\": [], \"error\": one_line(e)}",
+           "            raise",
+           SCRIPT_TESTS, k="test_some_eager_calls_under_sac_reproduce_in_the_profile"),
+    mutant("our bug and the torch's are swapped",
+           "status=\"our_bug\" if raised_by_this_bundle(e) else \"torch_error\"",
+           "status=\"torch_error\" if raised_by_this_bundle(e) else \"our_bug\"",
+           SCRIPT_TESTS, k="test_a_bug_in_the_measured_part_aborts or test_a_torch_error"),
+    mutant("a child that failed writes no result",
+           "        json.dump(result, fh)", "        json.dump(result, fh) if result[\"status\"] == \"ok\" else None",
+           SCRIPT_TESTS, k="test_a_bug_in_the_measured_part_aborts"),
+    mutant("the child's exit code says reproduced",
+           "        json.dump(result, fh)\n    return EXIT_OK", "        json.dump(result, fh)\n    return 1",
+           SCRIPT_TESTS, k="test_fixed_torch_runs_compiled_code_under_sac",
+           equivalent="the parent judges the result the child wrote, never the child's exit code"),
+    mutant("--device cuda without CUDA is measured on the CPU",
+           "if device_arg == \"cuda\" and device != \"cuda\":", "if False:",
+           SCRIPT_TESTS, k="test_missing_cuda_device_cannot_be_tested"),
+    mutant("a torch without the public SAC API (< 2.5) is called a bug here",
+           "            raise NoSacApi(e)", "            raise",
+           SCRIPT_TESTS, k="test_a_torch_without_the_sac_api_cannot_test"),
+    mutant("a loop that fullgraph refused is not recorded: --loops-only passes an incomplete capture",
+           "        result[\"loops_error\"] = one_line(e)\n        progress(\"a loop raised: \" + result[\"loops_error\"])",
+           "        progress(\"a loop raised: \" + one_line(e))",
+           SCRIPT_TESTS, k="test_loops_only_does_not_pass_when_a_loop_raised"),
+    mutant("a backward that raises in the policy check reads as a torch crash",
+           "            entry[\"backward_error\"] = one_line(e)", "            raise",
+           SCRIPT_TESTS, k="test_a_backward_that_raises_leaves_the_verdict_and_no_policy"),
+    mutant("the recorded policy answers PREFER_RECOMPUTE: eager SAC recomputes, --strict-policy cannot test",
+           "        return decision\n", "        return type(decision).PREFER_RECOMPUTE\n",
+           SCRIPT_TESTS, k="test_the_recorded_policy_answers_as_the_reports_policy"),
+    mutant("backward's lazy compile is profiled with it",
+           "    forward().float().sum().backward()  # backward graphs", "    pass  # backward graphs",
+           SCRIPT_TESTS, k="policy",
+           equivalent="compiling the backward graph runs no matmul inside a compiled graph's call: the "
+           "same count (CPU, torch 2.13)"),
+    mutant("a matmul a dispatch mode intercepted is counted as well as the one it runs",
+           "        if children & (set(CPU_MATMUL_OPS) | {\"PythonDispatchMode\"}):", "        if False:",
+           SCRIPT_TESTS, k="policy"),
+    mutant("a CPU matmul outside Inductor's graphs is counted, cached or not",
+           "        if not any(a.startswith(\"## Call CompiledFxGraph\") for a in ancestor_names(e)):\n            return None",
+           "        if not any(a.startswith(\"## Call CompiledFxGraph\") for a in ancestor_names(e)):\n            pass",
+           SCRIPT_TESTS, k="policy"),
+]
+
+# ----------------------------------------------------------------------------- tools/bisect_torch.py
+ARGS_TESTS = "tests/test_bisect_args.py"
+BISECT_TESTS = "tests/test_bisect.py"
+BISECT = [
+    mutant("a repro that aborts (128) is a skip",
+           "raise RuntimeError(\"the repro script failed", "raise Untestable(\"the repro script failed",
+           ARGS_TESTS, k="repro"),
+    mutant("--hunt-fix does not swap the step's 0 and 1",
+           "TERMS[\"fix\" if args.hunt_fix else \"regression\"]", "TERMS[\"regression\"]",
+           BISECT_TESTS, k="test_hunt_fix_swaps_the_step"),
+    mutant("a step that cannot test says good",
+           "\"skip (125)\", e.args[0]))\n        return EXIT_CANNOT_TEST", "\"skip (125)\", e.args[0]))\n        return EXIT_OK",
+           BISECT_TESTS, k="test_each_kind_of_nightly_maps_to_its_exit_code and 04"),
+    mutant("nightly answers with the terms of a fix hunt",
+           "    return TERMS[\"regression\"][verdict]", "    return TERMS[\"fix\"][verdict]",
+           ARGS_TESTS, k="repro"),
+    mutant("terms that hunt the fix pass without --hunt-fix",
+           "    if hunt == \"fix\" and not hunt_fix:", "    if False:",
+           ARGS_TESTS, k="test_terms_that_contradict_the_flag_abort_before_any_work"),
+    mutant("--hunt-fix passes under terms that hunt a regression",
+           "    if hunt == \"regression\" and hunt_fix:", "    if False:",
+           ARGS_TESTS, k="test_terms_that_contradict_the_flag_abort_before_any_work"),
+    mutant("old/new is not known to hunt a regression",
+           "    if (old, new) == (\"old\", \"new\"):\n        return \"regression\"",
+           "    if (old, new) == (\"old\", \"new\"):\n        return None",
+           ARGS_TESTS, k="terms"),
+    mutant("Broken/Fixed in capitals are words not known here",
+           "    old, new = old.lower(), new.lower()", "    pass",
+           ARGS_TESTS, k="terms"),
+    mutant("terms not known here are taken for a regression",
+           "return None if fix == regression else \"fix\" if fix else \"regression\"",
+           "return \"fix\" if fix else \"regression\"",
+           ARGS_TESTS, k="terms"),
+    mutant("the old --terms and $SAC_BISECT_TERMS are ignored, not refused",
+           "if args.command == \"nightly-step\" and (args.terms is not None or os.environ.get(\"SAC_BISECT_TERMS\")):",
+           "if False:",
+           ARGS_TESTS + " " + BISECT_TESTS, k="terms"),
+    mutant("matrix exits 0 with a build it could not judge",
+           "return EXIT_CANNOT_TEST if \"cannot_test\" in verdicts else EXIT_OK", "return EXIT_OK",
+           ARGS_TESTS, k="test_matrix_exits_125_when_a_build_could_not_be_judged"),
+    mutant("releases OLD OLD is searched, and answers no change",
+           "    if parse_release(args.old) == parse_release(args.new):  # before asking any index",
+           "    if False:  # before asking any index",
+           ARGS_TESTS, k="test_bad_ends_are_usage_errors_before_any_build"),
+    mutant("a search from an end that cannot be tested answers",
+           "        if verdict(end) == \"cannot_test\":", "        if False:",
+           BISECT_TESTS, k="test_a_search_whose_new_end_cannot_be_tested_aborts"),
+    mutant("no change between the ends exits 0, as found",
+           "        return EXIT_NO_CHANGE", "        return 0",
+           ARGS_TESTS, k="search or no_change"),
+    mutant("the search halves the wrong way",
+           "        if verdict(versions[probe]) == base:", "        if verdict(versions[probe]) != base:",
+           ARGS_TESTS, k="search"),
+    mutant("the search probes a release that cannot be tested as if it differed",
+           "probe = next((i for i in candidates if verdict(versions[i]) != \"cannot_test\"), None)",
+           "probe = next((i for i in candidates), None)",
+           ARGS_TESTS, k="search"),
+    mutant("the search stops one release short",
+           "    while hi - lo > 1:", "    while hi - lo > 2:",
+           ARGS_TESTS, k="search"),
+    mutant("the search walks one release at a time (the answer right, the cost not)",
+           "        mid = (lo + hi) // 2", "        mid = lo + 1",
+           ARGS_TESTS, k="search"),
+    mutant("a change among untestable releases is named as found",
+           "    if untested:  # the change is in there", "    if False:  # the change is in there",
+           BISECT_TESTS, k="test_a_search_that_cannot_pin_the_release_says_so"),
+    mutant("OLD is left out of the releases between",
+           "and lo <= parse_release(v) <= hi}", "and lo < parse_release(v) <= hi}",
+           ARGS_TESTS, k="search"),
+    mutant("the releases are searched in text order (2.10.0 before 2.7.0)",
+           "and lo <= parse_release(v) <= hi}, key=parse_release)", "and lo <= parse_release(v) <= hi})",
+           ARGS_TESTS, k="search"),
+    mutant("nightly takes a date that is no day: the index has no wheel for it, a skip",
+           "    if getattr(args, \"day\", \"latest\") != \"latest\":\n        args.day = builds.parse_day(args.day)",
+           "    if False:\n        args.day = builds.parse_day(args.day)",
+           ARGS_TESTS, k="date"),
+    mutant("matrix takes a date that is no day",
+           "    if \"-\" in v:\n        return builds.parse_day(v)", "    if \"-\" in v:\n        return v",
+           ARGS_TESTS, k="date"),
+    mutant("--index is not read as a URL or a folder: a file:// URL is no folder",
+           "    if getattr(args, \"index\", None):\n        args.index = builds.parse_index(args.index)",
+           "    if False:\n        args.index = builds.parse_index(args.index)",
+           ARGS_TESTS, k="index"),
+    mutant("the nightly's date is read with month and day swapped",
+           "return \"%s-%s-%s\" % m.group(1, 2, 3), m.group(4)", "return \"%s-%s-%s\" % m.group(1, 3, 2), m.group(4)",
+           BISECT_TESTS, k="test_each_kind_of_nightly_maps_to_its_exit_code and 06"),
+    mutant("nightly-range does not find a finished fix hunt",
+           "for ref in (\"refs/bisect/fixed\", \"refs/bisect/bad\", \"refs/bisect/new\"):",
+           "for ref in (\"refs/bisect/bad\", \"refs/bisect/new\"):",
+           BISECT_TESTS, k="test_git_bisect_run_finds_the_fixing_nightly"),
+]
+
+TABLES = {
+    "run_nsys.sh": RUN_NSYS,
+    "sac_repro/measure.py": MEASURE,
+    "tools/bisect_torch.py": BISECT,
+}
+
+
+# ----------------------------------------------------------------------------- running them
+def copy_bundle(dest):
+    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(
+        ".venv*", ".git", "__pycache__", ".whl", ".devrun", ".hypothesis", ".pytest_cache", ".nsyskit"))
+
+
+def run_tests(copy, tests, k):
+    """Runs the selection on the copy: "pass", "fail", "hang" or, for a selection that is wrong in
+    the table (no such file, nothing selected), "error: ..."."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "2"]
+    cmd += [os.path.join(copy, t) for t in tests] + (["-k", k] if k else [])
+    proc = subprocess.Popen(cmd, cwd=copy, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=MUTANT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return "hang"
+    # pytest: 1 a test failed, 2 a collection error (a mutated module that no longer imports)
+    if proc.returncode in (0, 1, 2):
+        return ("pass", "fail", "fail")[proc.returncode]
+    return "error: pytest exited %d: %s" % (proc.returncode, " | ".join(out.strip().splitlines()[-3:]))
+
+
+def apply(copy, path, m, original):
+    text = original.replace(m.old, m.new)
+    if path.endswith(".py"):
+        compile(text, path, "exec")  # a mutant that does not compile is a mistake in its table
+    with open(os.path.join(copy, path), "w") as fh:
+        fh.write(text)
+
+
+def run_table(path, mutants, out=sys.stdout):
+    """Returns (killed, equivalent that survived, the others that survived)."""
+    original = open(os.path.join(ROOT, path)).read()
+    killed, equivalent, survived = 0, 0, 0
+    started = time.time()
+    for m in mutants:
+        t0 = time.time()
+        if original.count(m.old) != 1:
+            result = "error: the text to change is not in %s once" % path
+        else:
+            with tempfile.TemporaryDirectory(prefix="mutant_") as tmp:
+                copy = os.path.join(tmp, "bundle")
+                copy_bundle(copy)
+                try:
+                    apply(copy, path, m, original)
+                    result = run_tests(copy, m.tests, m.k)
+                except SyntaxError as e:
+                    result = "error: the mutant does not compile: %s" % e
+        seconds = time.time() - t0
+        if result in ("fail", "hang"):
+            killed += 1
+            label = "killed"
+            note = " (its tests hung)" if result == "hang" else ""
+            if m.equivalent:
+                note += " (marked equivalent, yet killed: drop the mark)"
+        elif result == "pass" and m.equivalent:
+            equivalent += 1
+            label, note = "equiv", " (equivalent: %s)" % m.equivalent
+        else:
+            survived += 1
+            label, note = ("SURVIVED", "") if result == "pass" else ("ERROR", " (%s)" % result)
+        print("%-8s %6.1fs  %s%s" % (label, seconds, m.what, note), file=out, flush=True)
+    score = "%d of %d mutants of %s killed" % (killed, len(mutants), path)
+    if equivalent:
+        score += ", %d equivalent survived" % equivalent
+    print("%s (%.0f s)" % (score, time.time() - started), file=out, flush=True)
+    return killed, equivalent, survived
+
+
+def baseline(paths):
+    """Each selection the tables name, on an unchanged copy: True when all of them pass."""
+    selections = sorted({(m.tests, m.k) for p in paths for m in TABLES[p]}, key=str)
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="mutant_baseline_") as tmp:
+        copy = os.path.join(tmp, "bundle")
+        copy_bundle(copy)
+        for tests, k in selections:
+            t0 = time.time()
+            result = run_tests(copy, tests, k)
+            print("%-8s %6.1fs  baseline: %s%s" % (result.split(":")[0], time.time() - t0, " ".join(tests),
+                                                   " -k %r" % k if k else ""), flush=True)
+            ok = ok and result == "pass"
+    return ok
+
+
+def table_of(name):
+    """A file as given: its path in the bundle, or its base name where that is one table's."""
+    if name in TABLES:
+        return name
+    found = [p for p in TABLES if os.path.basename(p) == name or os.path.normpath(name).endswith(os.sep + p)]
+    if len(found) != 1:
+        raise SystemExit("mutate.py: %s: no table of mutants (tables: %s)" % (name, ", ".join(TABLES)))
+    return found[0]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("files", nargs="*", metavar="FILE", help="the files whose mutants run (default: all)")
+    p.add_argument("--only", metavar="TEXT", help="only the mutants whose description holds TEXT")
+    p.add_argument("--baseline", action="store_true", help="first check each selection passes unchanged")
+    p.add_argument("--list", action="store_true", help="print the tables, run nothing")
+    p.add_argument("--against", metavar="TESTS", help="run these tests (space-separated) on each mutant instead of "
+                   "its own: which tests kill it, before a table names them")
+    args = p.parse_args(argv)
+    paths = [table_of(f) for f in args.files] or list(TABLES)
+    if args.list:
+        for path in paths:
+            for m in TABLES[path]:
+                print("%s: %s -> %s%s%s" % (path, m.what, " ".join(m.tests), " -k %r" % m.k if m.k else "",
+                                            " [equivalent]" if m.equivalent else ""))
+        return 0
+    if args.baseline and not baseline(paths):
+        print("a selection fails on the unchanged bundle: its kills would mean nothing")
+        return 2
+    failed = False
+    for path in paths:
+        mutants = [m._replace(tests=tuple(args.against.split()), k=None) if args.against else m
+                   for m in TABLES[path] if not args.only or args.only in m.what]
+        _, _, survived = run_table(path, mutants)
+        failed = failed or survived > 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
