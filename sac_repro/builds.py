@@ -440,7 +440,7 @@ def ensure_venv(build, cache, installer, needed, pre=False):
     name = env_name(build)
     final = os.path.join(venvs_dir(cache), name)
     try:
-        lock(env_lock(cache, name), False, "waiting for another install of %s" % name)
+        lock(env_lock(cache, name), False, "waiting for another process installing or removing %s" % name)
         if unusable(final, build):
             build_venv(build, final, cache, installer, needed, pre)
     finally:
@@ -452,7 +452,7 @@ def ensure_venv(build, cache, installer, needed, pre=False):
 def unusable(path, build):
     """Why an environment cannot be taken for this build (None: it can): something missing, another
     wheel's sha256 in its record, another commit in its site-packages than the recorded one, or a
-    Python that no longer runs or no longer sees its torch."""
+    Python that no longer runs, or is another version than its torch's."""
     if not os.path.lexists(path):
         return "absent"
     if not os.path.exists(os.path.join(path, "pyvenv.cfg")):
@@ -466,18 +466,21 @@ def unusable(path, build):
         return "has no torch in its site-packages"
     if installed_git_version(path) != record.get("git_version"):
         return "holds torch of commit %s, not the recorded %s" % (installed_git_version(path), record.get("git_version"))
-    if not sees_torch(venv_python(path)):
-        return "has a Python that does not run, or does not see its torch"
+    if not runs_its_python(path):
+        return "has a Python that does not run, or is not the one its torch was installed for"
     return None
 
 
-def sees_torch(python):
-    """Whether the environment's Python starts and finds torch (without importing it: milliseconds)."""
+def runs_its_python(path):
+    """Whether the environment's Python starts (bare: milliseconds) and is the version whose
+    site-packages holds torch."""
     try:
-        return subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(not importlib.util.find_spec('torch'))"],
-                              capture_output=True, timeout=120).returncode == 0
+        proc = subprocess.run([venv_python(path), "-I", "-S", "-c", "import sys; print('python%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
         return False
+    return proc.returncode == 0 and os.path.exists(
+        os.path.join(path, "lib", proc.stdout.strip(), "site-packages", "torch", "version.py"))
 
 
 def build_venv(build, final, cache, installer, needed, pre):
@@ -660,12 +663,15 @@ def environments(cache):
     environments: never one being built or removed."""
     root = venvs_dir(cache)
     out = []
-    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    for name in listing(root):
         path = os.path.join(root, name)
         if os.path.islink(path) or not os.path.isdir(path) or name.endswith(LEFTOVERS):
             continue
         stamp = os.path.join(path, LAST_USED)
-        used = os.path.getmtime(stamp if os.path.exists(stamp) else path)
+        try:
+            used = os.path.getmtime(stamp if os.path.exists(stamp) else path)
+        except FileNotFoundError:  # removed by a prune meanwhile
+            continue
         record = read_json(os.path.join(path, RECORD))
         out.append((name, path, installed_torch_version(path), installed_git_version(path), used,
                     record if isinstance(record, dict) else {}))
@@ -712,15 +718,17 @@ def remove_unused(cache, name, path):
 
 def remove_leftovers(cache):
     """NAME.partial and NAME.removing, and the downloads of processes that are gone: with the cache's
-    lock held exclusive, no install is under way, so these were cut short."""
+    lock held exclusive no install is under way, so these were cut short."""
     root, downloads = venvs_dir(cache), downloads_dir(cache)
-    for folder, names in ((root, LEFTOVERS), (downloads, None)):
-        for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-            path = os.path.join(folder, entry)
-            if os.path.islink(path) or not os.path.isdir(path) or not inside(cache, path):
-                continue
-            if entry.endswith(names) if names else not alive(entry):
-                shutil.rmtree(path, ignore_errors=True)
+    found = [os.path.join(root, e) for e in listing(root) if e.endswith(LEFTOVERS)]
+    found += [os.path.join(downloads, e) for e in listing(downloads) if not alive(e)]
+    for path in found:
+        if os.path.isdir(path) and not os.path.islink(path) and inside(cache, path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def listing(folder):
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
 
 
 def alive(pid):
