@@ -29,7 +29,7 @@ judged=""
 trap 'rc=$?
       case "$rc" in
         0|1) [ "$judged" = "$rc" ] || [ "$rc.${helped:-}" = 0.yes ] || { echo "run_nsys.sh: ended with $rc outside the verdict (a bug here, not a verdict)" >&2; exit 128; } ;;
-        125|128|129|130|143) ;;
+        125|128|129|130|131|143) ;;
         *) echo "run_nsys.sh: ended with $rc (a bug here, not a verdict)" >&2; exit 128 ;;
       esac' EXIT
 
@@ -52,7 +52,7 @@ name=torch_compile_selective_activation_checkpoint
 # measured child on SIGTERM) before this script exits 128+n.
 running=""
 on_signal() {
-  trap '' INT TERM HUP
+  trap '' INT TERM HUP QUIT
   if [ -n "$running" ]; then
     kill -TERM -- "-$running" 2>/dev/null || kill -TERM "$running" 2>/dev/null
     for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$running" 2>/dev/null || break; sleep 1; done
@@ -64,6 +64,7 @@ on_signal() {
 trap 'on_signal SIGINT 130' INT
 trap 'on_signal SIGTERM 143' TERM
 trap 'on_signal SIGHUP 129' HUP
+trap 'on_signal SIGQUIT 131' QUIT
 
 # Runs "$@" in the background (so that a signal is handled at once), in its own session where
 # setsid exists; sets rc to its exit code.
@@ -81,7 +82,7 @@ judge() {
   local code=$?
   case $code in
     0|1) judged=$code; exit "$code" ;;
-    125|128|130|143) exit "$code" ;;
+    125|128|129|130|131|143) exit "$code" ;;
     *) die "the judge ended with $code (not a verdict)" ;;
   esac
 }
@@ -126,6 +127,7 @@ case "${1:-}" in
     judge --from-nsys "$file" ${judge_opts[@]+"${judge_opts[@]}"} ;;
   -o)
     [ $# -ge 2 ] && [ -n "$2" ] || die "-o needs a report NAME"
+    case "$2" in *%*) die "-o $2: nsys expands %p, %h, %n, %q{VAR} and %% in a report's name, and would write a report this script never finds; name it without %" ;; esac
     name=${2%.nsys-rep}; name=${name%.qdrep}; shift 2
     folder=$(dirname "$name")
     [ -d "$folder" ] && [ -w "$folder" ] || die "-o $name: the folder $folder does not exist or is not writable" ;;

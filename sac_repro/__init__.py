@@ -8,7 +8,10 @@ bench_sac_compile.py, one concern per module, in the order the data flows:
     verdict   the kernel classifier, each call judged, the policy check
     render    the text and markdown reports (policy_snippet: the code the policy report pastes)
     plot      --plot: pictures drawn from the judged report (matplotlib, imported only then)
+    outputs   where the entry points write: never onto an input or the bundle, and in one step
     builds    torch builds for bisect_torch.py: indexes, wheel checks, cached environments
+    bench     bench_sac_compile.py's measurement: each arrangement checked against eager, then timed
 
-Only `measure` imports torch, and only in the child process.
+Only `measure` and `bench` import torch: `measure` only in the child process, `bench` once the
+bench's options have been read.
 """

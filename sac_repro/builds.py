@@ -13,6 +13,7 @@ downloaded once and stored once), else with pip and one shared wheel cache (down
 unpacked into each environment). Nothing here installs into the Python that runs it. Stdlib only.
 """
 import collections
+import datetime
 import errno
 import fcntl
 import hashlib
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
@@ -114,7 +116,49 @@ def env_lock(cache, name):
 
 # --------------------------------------------------------------------------- indexes
 def is_url(index):
-    return re.match(r"https?://|file://", index) is not None
+    """Of an index as parse_index returns it: a file:// URL has become its folder by then."""
+    return re.match(r"https?://", index) is not None
+
+
+def parse_index(text):
+    """--index as given: a folder (its path, or a file:// URL of it on this host) or an http(s)
+    URL with a host. Returns the folder's path or the URL; anything else is a usage error here,
+    before any work, never a skip on every step of a bisect."""
+    if "://" not in text:
+        return text
+    if re.search(r"[\s\x00-\x1f\x7f]", text):  # urlsplit drops some of these silently
+        raise UsageError("--index %r: a URL holds no spaces or control characters (quote them: %%20)" % text)
+    try:
+        url = urllib.parse.urlsplit(text)
+        url.port  # raises for a port that is no number or out of range
+    except ValueError as e:
+        raise UsageError("--index %s is no URL (%s): give an http(s):// URL or a folder of wheels" % (text, e))
+    if url.scheme == "file":
+        if url.netloc not in ("", "localhost") or not url.path or url.query or url.fragment:
+            raise UsageError("--index %s: a file:// URL names a folder on this machine (file:///path/to/wheels)" % text)
+        return urllib.parse.unquote(url.path)
+    if url.scheme in ("http", "https") and url.hostname:
+        return url.geturl()
+    raise UsageError("--index %s: an index is an http(s):// URL with a host, a file:// URL or a folder of wheels" % text)
+
+
+DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # ASCII: \d would take any script's digits
+
+
+def parse_day(text, today=None):
+    """A nightly's date as given: YYYY-MM-DD, a day of the calendar, not after today (UTC).
+    Anything else is a usage error: no index holds a wheel for it, and a skip would hide the typo."""
+    try:
+        day = datetime.date.fromisoformat(text) if DAY.fullmatch(text) else None
+    except ValueError:
+        day = None
+    if day is None:
+        raise UsageError("%r is not a date like 2025-09-07 (YYYY-MM-DD in ASCII digits, a day that "
+                         "exists): give one, or latest" % text)
+    today = today or datetime.datetime.now(datetime.timezone.utc).date()
+    if day > today:
+        raise UsageError("%s is after today (%s, UTC): no nightly of that day is built yet" % (text, today))
+    return text
 
 
 def release_index(variant, index):
@@ -156,6 +200,11 @@ def torch_wheel_files(index):
         found = {}
         for folder in index_folders(index):
             for f in os.listdir(folder):
+                if f.endswith(".whl") and urllib.parse.unquote(f) != f:
+                    # uv 0.13.9 and pip 26 pass over such a file in --find-links (pip 23 takes it)
+                    raise UsageError("--index %s: %s is a wheel name percent-encoded (as a browser or wget "
+                                     "saves it), which uv and pip do not read as a wheel: rename it %s" % (
+                                         index, f, urllib.parse.unquote(f)))
                 if f.startswith("torch-") and f.endswith(".whl"):
                     found.setdefault(f, os.path.join(folder, f))
         if not found:
@@ -165,12 +214,24 @@ def torch_wheel_files(index):
     try:
         with urllib.request.urlopen(url, timeout=60) as resp:
             page = resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        if 400 <= e.code < 500 and e.code not in (408, 429):  # it answered: there is no torch there
+            raise UsageError("the index %s answered %d %s: no torch there (check --index or --variant)" % (
+                url, e.code, e.reason))
+        raise Untestable("could not read the index %s: %s" % (url, e))
+    except urllib.error.URLError as e:  # nothing answered: every step of a bisect would be skipped
+        raise UsageError("cannot reach the index %s (%s): check --index, --variant and the network" % (
+            url, getattr(e.reason, "strerror", None) or e.reason))
+    except (ValueError, http.client.InvalidURL) as e:  # a URL it cannot send: asking again would not help
+        raise UsageError("--index %s: %s" % (index, e))
     except Exception as e:
         raise Untestable("could not read the index %s: %s" % (url, e))
     out = {}
     for href in re.findall(r'href="([^"]+\.whl)(?:#[^"]*)?"', page):
         href = html.unescape(href)
         out.setdefault(urllib.parse.unquote(href.rsplit("/", 1)[-1]), urllib.parse.urljoin(url, href))
+    if not any(name.startswith("torch-") for name in out):
+        raise UsageError("the index %s lists no torch wheels: check --index or --variant" % url)
     return out
 
 

@@ -15,12 +15,12 @@ import tempfile
 import threading
 import traceback
 
-from . import plot
+from . import outputs, plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from .exits import (codes_help, end_group, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
                     OutputError, raised_by_this_bundle, UsageError)
 from .render import PROGRESS, render_markdown, render_policy_markdown, render_text
-from .verdict import LOOP_RANGE, LOOPS, report_from_child, report_from_loops
+from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
 
 class Parser(argparse.ArgumentParser):
@@ -43,6 +43,19 @@ class Parser(argparse.ArgumentParser):
                 file.flush()
             except (OSError, AttributeError) as e:
                 raise OutputError("cannot write the help: %s" % (getattr(e, "strerror", None) or e))
+
+
+def whole_number(least):
+    """An argparse type: a whole number >= least, else a usage error naming what was given."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("not a whole number: %r" % text)
+        if value < least:
+            raise argparse.ArgumentTypeError("must be %d or more, got %r" % (least, text))
+        return value
+    return parse
 
 
 def positive_float(text):
@@ -99,10 +112,12 @@ def check_paths(args):
                           ("--plot", args.plot), ("--bench-json", args.bench_json)):
         if value is not None and not value:
             raise UsageError("%s was given an empty path (an unset shell variable?)" % option)
-    if args.json and args.json != "-":
-        check_writable(args.json, "--json", args.from_nsys or args.from_ncu)
+    if not args.child_out:  # the child is given the parent's --plot, which the parent checked
+        outputs.check_outputs([("--json", None if args.json == "-" else args.json), ("--plot", args.plot)],
+                              [("--from-nsys", args.from_nsys, "the capture being judged"),
+                               ("--from-ncu", args.from_ncu, "the capture being judged"),
+                               ("--bench-json", args.bench_json, "the bench's table")])
     if args.plot and not args.child_out:
-        check_writable(args.plot, "--plot", args.from_nsys or args.from_ncu)
         problem = plot.plot_path_problem(args.plot)
         if problem:
             raise UsageError(problem)
@@ -157,7 +172,7 @@ def run(script_path, argv):
         emit(as_json)
         return report["exit_code"]
     if args.json:
-        write_file(args.json, as_json + "\n", "--json")
+        outputs.write_text(args.json, as_json + "\n", "--json")
     command = ("python %s %s" % (os.path.basename(script_path), " ".join(argv))).strip()
     if args.policy_report:
         emit(render_policy_markdown(report, command, collect_env() if report["env"].get("torch") else None,
@@ -182,7 +197,7 @@ def draw(report, args):
             with tempfile.TemporaryDirectory(prefix="sac_repro_") as folder:
                 timeline = timeline_from_sqlite(sqlite_of_nsys_rep(args.from_nsys, folder), LOOP_RANGE, LOOPS)
     try:
-        plot.draw_report(report, args.plot, timeline)
+        outputs.replace_atomically(args.plot, lambda target: plot.draw_report(report, target, timeline))
     except Exception as e:
         raise OutputError("cannot draw --plot %s: %s" % (args.plot, one_line(e)))
     report["plot"] = args.plot
@@ -197,14 +212,6 @@ def emit(text):
         sys.stdout.flush()
     except OSError as e:
         raise OutputError("cannot write the report to standard output: %s" % (e.strerror or e))
-
-
-def write_file(path, text, option):
-    try:
-        with open(path, "w") as fh:
-            fh.write(text)
-    except OSError as e:
-        raise OutputError("cannot write %s %s: %s" % (option, path, e.strerror or e))
 
 
 def loops_only_exit(raw):
@@ -313,28 +320,68 @@ def signal_name(num):
 
 
 def load_bench(path):
-    """A bench JSON (`bench_sac_compile.py --json`), checked for what the policy report reads."""
+    """A bench JSON (`bench_sac_compile.py --json`), checked for all that the policy report reads."""
     from .captures import check_input_file
     check_input_file(path, "--bench-json")
-    why = "no rows, or no baseline among them"
     try:
         with open(path) as fh:
             bench = json.load(fh)
-        if bench["baseline"] in bench["rows"] and all("median" in r for r in bench["rows"].values()):
-            return bench
-    except (ValueError, KeyError, TypeError) as e:
-        why = one_line(e)
-    raise UsageError("--bench-json %s: expected the JSON that `bench_sac_compile.py --json` writes (%s)" % (path, why))
+        problem = bench_problem(bench)
+    except ValueError as e:
+        problem = "not JSON: %s" % one_line(e)
+    if problem:
+        raise UsageError("--bench-json %s: expected the JSON that `bench_sac_compile.py --json` writes: %s"
+                         % (path, problem))
+    return bench
 
 
-def check_writable(path, option, capture=None):
-    if os.path.isdir(path):
-        raise UsageError("%s %s: is a folder; name a file in it" % (option, path))
-    if capture and os.path.exists(path) and os.path.exists(capture) and os.path.samefile(path, capture):
-        raise UsageError("%s %s is the capture being judged: it would be overwritten" % (option, path))
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise UsageError("%s %s: folder %s does not exist or is not writable" % (option, path, folder))
+def bench_problem(bench):
+    """The first field of a bench table that render.py's policy report could not read, or None."""
+    if not isinstance(bench, dict):
+        return "a JSON object, found %s" % type(bench).__name__
+    for key in ("device", "torch", "dtype"):
+        if not (isinstance(bench.get(key), str) and bench[key]):
+            return wrong(bench, key, "a non-empty string")
+    for key in ("layers", "hidden", "tokens") + (("world",) if bench.get("fsdp") else ()):
+        if not is_count(bench.get(key), 1):
+            return wrong(bench, key, "a whole number > 0")
+    if "fsdp" in bench and not isinstance(bench["fsdp"], bool):
+        return wrong(bench, "fsdp", "true or false")
+    rows = bench.get("rows")
+    if not (isinstance(rows, dict) and rows):
+        return wrong(bench, "rows", "an object of arrangements, one at least")
+    for name, r in rows.items():
+        at = 'rows["%s"]' % name
+        if not isinstance(r, dict):
+            return wrong(rows, name, "an object", at)
+        if not (is_number(r.get("median")) and r["median"] > 0):
+            return wrong(r, "median", "a finite number of ms > 0", at + ".median")
+        if r.get("mem") is not None and not (is_number(r["mem"]) and r["mem"] >= 0):
+            return wrong(r, "mem", "a finite number of GiB >= 0, or null", at + ".mem")
+        if r.get("bwd_mm") is not None and not is_count(r["bwd_mm"], 0):
+            return wrong(r, "bwd_mm", "a whole number >= 0, or null", at + ".bwd_mm")
+    if not (isinstance(bench.get("baseline"), str) and bench["baseline"] in rows):
+        return wrong(bench, "baseline", "the name of one of the rows")
+    # the wrapped arrangement's memory is set against these two rows' (render.supported_and_open)
+    wrapped = [r for n, r in rows.items() if n == B_WRAPPED and r.get("mem") is not None]
+    for name in (B_NO_CHECKPOINT, B_WORKAROUND):
+        if wrapped and name in rows and rows[name].get("mem") is None:
+            return wrong(rows[name], "mem", "a number: the wrapped arrangement's memory is compared with it",
+                         'rows["%s"].mem' % name)
+    return None
+
+
+def wrong(holder, key, expected, name=None):
+    found = "nothing" if key not in holder else json.dumps(holder[key])[:60]
+    return "%s must be %s, found %s" % (name or key, expected, found)
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_count(value, least):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def collect_env():

@@ -7,6 +7,9 @@ import sys
 
 EXIT_NOT_REPRODUCED, EXIT_REPRODUCED, EXIT_CANNOT_TEST, EXIT_ABORT = 0, 1, 125, 128
 EXIT_OK = 0  # no verdict was asked for and the job is done: --help, --loops-only, a listing
+# `bisect_torch.py releases` found no release that changes the verdict: an answer about a range,
+# never any one build's verdict, so neither 0 nor 1 (releases is no `git bisect run` step)
+EXIT_NO_CHANGE = 3
 # The contract, one row per code: what --help says, and what the README's table must say.
 CODES = (
     (EXIT_NOT_REPRODUCED, "not_reproduced",
@@ -19,6 +22,15 @@ CODES = (
     (EXIT_ABORT, "-", "usage error, output that could not be written, or a bug in this bundle (aborts a bisect); "
      "128+n: ended by signal n"),
 )
+# The bench (tools/bench_sac_compile.py) gives no verdict: it measures, or says why it could not.
+BENCH_CODES = (
+    (EXIT_OK, "measured", "every arrangement matched eager and was timed: the table printed, --json and "
+     "--plot written"),
+    (EXIT_CANNOT_TEST, "cannot_test", "this build cannot be measured: no such device, torch failed to import "
+     "or raised, or an arrangement's loss or gradients differ from eager beyond --tolerance"),
+    (EXIT_ABORT, "-", "usage error, output that could not be written, or a bug in this bundle; "
+     "128+n: ended by signal n"),
+)
 # The exit code of each verdict, for each way of bisecting: --hunt-fix swaps 0 and 1, for
 # `git bisect start --term-old broken --term-new fixed`.
 TERMS = {
@@ -26,20 +38,64 @@ TERMS = {
     "fix": {"reproduced": EXIT_NOT_REPRODUCED, "not_reproduced": EXIT_REPRODUCED, "cannot_test": EXIT_CANNOT_TEST},
 }
 
+ABORTS = "; 128+n: ended by signal n"
+# bisect_torch.py's exit codes, one row per command and code: each command's --help prints its
+# rows, and docs/bisecting.md's table must hold all of them, in this order.
+BISECT_CODES = (
+    ("nightly-step", EXIT_NOT_REPRODUCED, "the old term: good (not reproduced); with --hunt-fix, broken (reproduced)"),
+    ("nightly-step", EXIT_REPRODUCED, "the new term: bad (reproduced); with --hunt-fix, fixed (not reproduced)"),
+    ("nightly-step", EXIT_CANNOT_TEST, "skip this nightly: no wheel for its date on the index, a wheel of another "
+     "commit, a failed install, or the repro says cannot_test"),
+    ("nightly-step", EXIT_ABORT, "abort the bisect: a usage error, the bisect's terms against --hunt-fix, an "
+     "index that cannot be reached, too little disk, or a bug here" + ABORTS),
+    ("nightly", EXIT_NOT_REPRODUCED, "not_reproduced"),
+    ("nightly", EXIT_REPRODUCED, "reproduced"),
+    ("nightly", EXIT_CANNOT_TEST, "cannot_test: no wheel for that date, a failed install, or the repro says so"),
+    ("nightly", EXIT_ABORT, "a usage error (a date that is no day or is after today, a bad index), an index that "
+     "cannot be reached, too little disk, or a bug here" + ABORTS),
+    ("matrix", EXIT_OK, "every build given was judged: each verdict is on its line and in the table"),
+    ("matrix", EXIT_CANNOT_TEST, "at least one build could not be judged (its line says why); the others were"),
+    ("matrix", EXIT_ABORT, "a usage error (a build that is no release, date or latest, a bad index), an index "
+     "that cannot be reached, too little disk, or a bug here" + ABORTS),
+    ("releases", EXIT_OK, "found: the first release whose verdict differs from OLD's is named"),
+    ("releases", EXIT_NO_CHANGE, "no change: NEW gives OLD's verdict, so no release between them changes it"),
+    ("releases", EXIT_CANNOT_TEST, "the change lies among releases that could not be tested: the span is named, "
+     "no release is"),
+    ("releases", EXIT_ABORT, "a usage error (OLD not older than NEW, either not on the index or untestable), an "
+     "index that cannot be reached, too little disk, or a bug here" + ABORTS),
+    ("nightly-range", EXIT_OK, "the main-branch commits to read are printed"),
+    ("nightly-range", EXIT_ABORT, "no finished bisect here, or not a commit of the nightly branch" + ABORTS),
+    ("cache", EXIT_OK, "listed (and pruned)"),
+    ("cache", EXIT_ABORT, "a usage error, or a bug here" + ABORTS),
+)
 
-def codes_help():
+
+def codes_help(codes=CODES, heading="exit codes (the `git bisect run` contract; --hunt-fix swaps 0 and 1):"):
     """The exit codes as --help prints them."""
     import textwrap
-    return "exit codes (the `git bisect run` contract; --hunt-fix swaps 0 and 1):\n" + "\n".join(
+    return heading + "\n" + "\n".join(
         textwrap.fill(meaning, 100, initial_indent="  %-4d %-15s " % (code, verdict), subsequent_indent=" " * 23)
-        for code, verdict, meaning in CODES)
+        for code, verdict, meaning in codes)
 
 
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+def command_codes_help(command):
+    """One bisect_torch.py command's exit codes as its --help prints them."""
+    import textwrap
+    return "exit codes:\n" + "\n".join(
+        textwrap.fill(meaning, 100, initial_indent="  %-4d " % code, subsequent_indent=" " * 7)
+        for cmd, code, meaning in BISECT_CODES if cmd == command)
+
+
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # SIGQUIT: Ctrl-\
 
 
 class UsageError(Exception):
     """Bad input from the user: one line and EXIT_ABORT, never a verdict."""
+
+
+class CannotTest(Exception):
+    """This build cannot show it or be measured (no such device, torch failed): one line and
+    EXIT_CANNOT_TEST."""
 
 
 class OutputError(Exception):
@@ -93,8 +149,8 @@ def say_error(line):
 
 
 def guarded(body, whose):
-    """Runs an entry point's body and returns its exit code: the body's, or EXIT_ABORT with one
-    line for a usage error, output that could not be written, or a bug of `whose`; 128+n for a
+    """Runs an entry point's body and returns its exit code: the body's, EXIT_CANNOT_TEST with one
+    line for CannotTest, or EXIT_ABORT with one line for a usage error, output that could not be written, or a bug of `whose`; 128+n for a
     signal. Output is flushed here, so a closed pipe is caught here and not at interpreter exit."""
     raise_on_signals()
     try:
@@ -109,6 +165,9 @@ def guarded(body, whose):
                 raise OutputError("cannot write the report: standard output or error is closed")
             stream.flush()
         return code
+    except CannotTest as e:
+        say_error("cannot_test: %s" % e)
+        return EXIT_CANNOT_TEST
     except UsageError as e:
         say_error("usage error: %s" % e)
     except OutputError as e:

@@ -12,7 +12,7 @@ tests compare with what the verdict used.
 """
 import os
 
-from .verdict import CASE, CLASSES, classify, CONTROL, LOOPS, POLICY_SUBJECTS
+from .verdict import B_REPORTED, CASE, CLASSES, classify, CONTROL, LOOPS, POLICY_SUBJECTS
 
 COLOURS = {"compiled": "#2b8a3e", "eager": "#e8590c", "matmul": "#1c7ed6", "other": "#ced4da"}
 LABELS = {"compiled": "compiled code (Inductor kernels, compiled regions)", "eager": "f's eager ops and kernels",
@@ -213,7 +213,7 @@ def draw_bench(table, path):
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 0.6 + 0.5 * len(series)), sharey=True)
     ys = list(range(len(series)))[::-1]
     for y, (name, ms, mem, mm) in zip(ys, series):
-        colour = COLOURS["eager"] if "[reported]" in name else (
+        colour = COLOURS["eager"] if name == B_REPORTED else (
             COLOURS["compiled"] if table["baseline"] == name else COLOURS["matmul"])
         ax_t.barh(y, ms, color=colour)
         ax_t.text(ms, y, " %.1f ms, %s bwd matmuls" % (ms, "-" if mm is None else mm), va="center", fontsize=8)

@@ -3,7 +3,7 @@ issue: the report's code as run, expected and actual, the evidence, then collect
 """
 import os
 
-from .verdict import abridge, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, WORKAROUND, WRAPPED
+from .verdict import abridge, B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, WORKAROUND, WRAPPED
 
 PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
 REPORT_BEGIN = "# ==== the report's code"
@@ -184,7 +184,7 @@ def render_markdown(report, command, script_path, collect_env):
 # ----------------------------------------------------------------------------- the policy report
 POLICY_SNIPPET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_snippet.py")
 POLICY_ROWS = ((CASE, "`sac(compile(f))`, the report's pattern"),
-               ("workaround", "`compile(sac(f))`, the checkpoint inside the compiled region"),
+               (WORKAROUND, "`compile(sac(f))`, the checkpoint inside the compiled region"),
                ("eager_sac", "eager SAC, no compile"),
                (WRAPPED, "`sac(compile(f))` with `wrap_inductor_compiled_regions=True`"))
 
@@ -291,8 +291,8 @@ def supported_and_open(report, bench):
 
     out = ["**What PyTorch supports today**, in this run:", "",
            "- `compile(sac(f))`, the checkpoint inside the compiled region (Dynamo traces SAC as a "
-           "higher-order op): the policy was asked about %s, and %s." % (ops("workaround"),
-                                                                          backward_said(report, "workaround"))]
+           "higher-order op): the policy was asked about %s, and %s." % (ops(WORKAROUND),
+                                                                          backward_said(report, WORKAROUND))]
     if WRAPPED in report["scenarios"]:
         item = ("- `sac(compile(f))` with `torch.compile(f, options={\"wrap_inductor_compiled_regions\": True})` "
                 "(2.10 and later): the policy was asked about %s, the compiled region as one op "
@@ -301,8 +301,7 @@ def supported_and_open(report, bench):
                 "never just the matmul (the snippet's last line saves it)." % (ops(WRAPPED),
                                                                                backward_said(report, WRAPPED)))
         rows = (bench or {}).get("rows", {})
-        wrapped = next((r for n, r in rows.items() if "wrap_inductor_compiled_regions" in n), None)
-        nockpt, workaround = rows.get("compiled, no checkpoint"), rows.get("compile(sac(block)) [workaround]")
+        wrapped, nockpt, workaround = (rows.get(n) for n in (B_WRAPPED, B_NO_CHECKPOINT, B_WORKAROUND))
         if wrapped and nockpt and workaround and wrapped.get("mem") is not None:
             item += (" In the bench, a policy that also saves the region takes %.2f GiB at its peak, as much "
                      "as no checkpoint at all (%.2f GiB), against %.2f GiB for `compile(sac(block))`."

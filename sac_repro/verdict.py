@@ -24,6 +24,18 @@ SCENARIOS = {
     "with_context_wrapped": "f compiled with wrap_inductor_compiled_regions, under SAC (2.10 and later)",
 }
 CONTROL, CASE, WORKAROUND, AFTER_SAC, EAGER_SAC, NO_CHECKPOINT, WRAPPED = SCENARIOS
+# The bench's arrangements of a block, by the names its table and JSON use: sac_repro/bench.py
+# builds them, the policy report and the picture read them. -> what each is.
+ARRANGEMENTS = {
+    "eager": "no compile, no checkpoint",
+    "eager SAC": "checkpoint_wrapper with the SAC policy around the eager block",
+    "compiled, no checkpoint": "the block compiled, nothing checkpointed",
+    "sac(compile(block)) [reported]": "the reported pattern: SAC around the compiled block",
+    "compile(sac(block)) [workaround]": "the checkpoint inside the compiled region: the baseline",
+    "sac(compile(block, wrap_inductor_compiled_regions))": "SAC around the block compiled with "
+    "wrap_inductor_compiled_regions, the policy also saving the region (2.10 and later)",
+}
+(B_EAGER, B_EAGER_SAC, B_NO_CHECKPOINT, B_REPORTED, B_WORKAROUND, B_WRAPPED) = ARRANGEMENTS
 # The report's NVTX ranges, "f_compiled_with_context 17": which scenario each loop is.
 LOOPS = {"f_compiled_without_context": CONTROL, "f_compiled_with_context": CASE}
 LOOP_CALLS = 50

@@ -17,6 +17,10 @@ SCRIPT = os.path.join(ROOT, "torch_compile_selective_activation_checkpoint.py")
 DATA = os.path.join(ROOT, "tests", "data")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+from sac_repro.exits import HANDLED_SIGNALS  # noqa: E402
+# Recorded files, not tests: PyTorch's import header there is named like a test module, and
+# collecting it would import torch into every run, the torch-free unit subset included
+collect_ignore = ["data"]
 
 
 
@@ -32,7 +36,7 @@ def run(python, *args, env=None, timeout=900):
 def restore_signal_handlers():
     """An entry point run in this process (cli.main, bisect_torch.main) installs its signal
     handlers; the test process gets its own back afterwards."""
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    handlers = {s: signal.getsignal(s) for s in HANDLED_SIGNALS}
     yield
     for s, h in handlers.items():
         signal.signal(s, h)
@@ -42,7 +46,7 @@ def judge(*args):
     """The main script's command line in this process (fast, and visible to a mutation tool):
     (exit code, stdout, stderr). For what needs no torch: reading captures, usage errors."""
     from sac_repro import cli
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    handlers = {s: signal.getsignal(s) for s in HANDLED_SIGNALS}
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -51,6 +55,22 @@ def judge(*args):
         for s, h in handlers.items():
             signal.signal(s, h)
     return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def kept():
+    """Files that a refused output must leave alone: put back as they were, whatever the test
+    saw, so that a check that is missing fails the test without damaging the bundle."""
+    saved = {}
+
+    def keep(path):
+        saved[path] = open(path, "rb").read()
+        return path
+    yield keep
+    for path, content in saved.items():
+        if open(path, "rb").read() != content:
+            with open(path, "wb") as fh:
+                fh.write(content)
 
 
 def run_json(python, tmp_path, *args, **kw):

@@ -1,5 +1,6 @@
 """Hand-made mutants of run_nsys.sh, each run against the fast tests of the wrapper: a mutant that
-no test kills is a line no test guards. Not a test itself (pytest does not collect it):
+no test kills is a line no test guards. Not a test itself: the release tier runs it
+(tests/test_nsys.py), or by hand:
 
     .venv-test/bin/python tests/mutate_run_nsys.py     # prints one line per mutant, then the score
 
@@ -52,6 +53,20 @@ MUTANTS = [
     ("a signal exits 0", 'echo "run_nsys.sh: interrupted by $1: stopped the capture it had started, no verdict" >&2\n  exit "$2"',
      'echo "run_nsys.sh: interrupted by $1: stopped the capture it had started, no verdict" >&2\n  exit 0'),
     ("--report passes an empty path on", '[ -n "$2" ] || die "--report was given an empty path', 'true || die "--report was given an empty path'),
+    ("a % in -o reaches nsys", 'case "$2" in *%*) die "-o $2: nsys expands', 'case "$2" in *%*) true "-o $2: nsys expands'),
+    ("SIGHUP is not trapped", "trap 'on_signal SIGHUP 129' HUP\n", "\n"),
+    ("SIGQUIT is not trapped", "trap 'on_signal SIGQUIT 131' QUIT\n", "\n"),
+    ("the guard turns SIGHUP's 129 into 128", "        125|128|129|130|131|143) ;;", "        125|128|130|131|143) ;;"),
+    ("the guard turns SIGQUIT's 131 into 128", "        125|128|129|130|131|143) ;;", "        125|128|129|130|143) ;;"),
+    ("a judge ended by SIGHUP or SIGQUIT is called a bug", '    125|128|129|130|131|143) exit "$code" ;;',
+     '    125|128|130|143) exit "$code" ;;'),
+    ("the judge's options are taken without --",
+     '[ "$1" = "--" ] || die "$1: options for the script go after -- (see --help)"\n  shift',
+     '[ "$1" != "--" ] || shift'),
+    ("--report takes the capture's options and ignores them",
+     '[ ${#capture[@]} -eq 0 ] || die "--report judges', 'true || die "--report judges'),
+    ("an option it does not know is passed to the judge",
+     '      *) die "$1: not an option run_nsys.sh passes on', '      *) judge_opts+=("$1"); : "$1: not an option run_nsys.sh passes on'),
 ]
 
 

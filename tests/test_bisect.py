@@ -5,6 +5,7 @@ this environment's real torch and, for "broken" dates, reverts the fix in-proces
 modes stop opting in with ignore_compile_internals), so the real repro script runs on each step.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,8 @@ import time
 
 import pytest
 
-from wheels import BISECT, children_of, git, main_sha, nightly_world, OTHER_COMMIT, PYTAG, serve_index  # noqa: F401
+from wheels import (BISECT, children_of, git, main_sha, nightly_repo, nightly_world, OTHER_COMMIT, PYTAG,  # noqa: F401
+                    serve_index)
 
 
 def step(world, day, *extra):
@@ -30,7 +32,7 @@ def test_git_bisect_run_finds_the_fixing_nightly(nightly_world):
     git(repo, "checkout", "-q", "nightly")
     git(repo, "bisect", "start", "--term-old", "broken", "--term-new", "fixed", c["10"], c["01"])
     try:
-        proc = subprocess.run(["git", "bisect", "run", sys.executable, BISECT, "nightly-step",
+        proc = subprocess.run(["git", "bisect", "run", sys.executable, BISECT, "nightly-step", "--hunt-fix",
                                "--index", str(w["wheels"]), "--cache", str(w["cache"])],
                               cwd=repo, capture_output=True, text=True, timeout=1800)
         out = proc.stdout + proc.stderr
@@ -46,8 +48,8 @@ def test_git_bisect_run_finds_the_fixing_nightly(nightly_world):
 
 
 @pytest.mark.parametrize("day, rc, says", [
-    ("06", 0, "reproduced -> exit 0"),
-    ("09", 1, "not_reproduced -> exit 1"),
+    ("06", 1, "reproduced -> exit 1"),
+    ("09", 0, "not_reproduced -> exit 0"),
     ("04", 125, "no torch wheel for 2025-09-04"),
     ("08", 125, "could not install"),
     ("05", 125, "crashed: killed by SIGSEGV"),
@@ -79,9 +81,57 @@ def test_each_torch_gets_a_standard_virtual_environment(nightly_world):
     assert eval(want) and set(eval(want)) <= set(eval(have)), (want, have)
 
 
-def test_regression_terms_invert_the_step(nightly_world):
-    got, out = step(nightly_world, "06", "--terms", "regression")
-    assert got == 1 and "reproduced -> exit 1" in out
+def test_hunt_fix_swaps_the_step(nightly_world):
+    got, out = step(nightly_world, "06", "--hunt-fix")
+    assert got == 0 and "reproduced -> exit 0" in out, out
+
+
+def bisect_run(tmp_path, terms, *step_args):
+    """`git bisect run` of nightly-step over a fresh nightly history of 8 days, 01 bad/broken and 08
+    good/fixed: (exit code, output, the steps it ran)."""
+    repo = tmp_path / "pytorch"
+    c = nightly_repo(repo, [("%02d" % d, main_sha("%02d" % d)) for d in range(1, 9)])
+    old, new = terms
+    subprocess.run(["git", "-C", str(repo), "bisect", "start", "--term-old", old, "--term-new", new, c["08"], c["01"]],
+                   check=True, capture_output=True)
+    proc = subprocess.run(["git", "bisect", "run", sys.executable, BISECT, "nightly-step",
+                           "--cache", str(tmp_path / "cache")] + list(step_args),
+                          cwd=repo, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    return proc.returncode, out, len(re.findall(r"^running ", out, re.M))
+
+
+def closed_port_url():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return "http://127.0.0.1:%d/" % port
+
+
+def test_an_unreachable_index_aborts_the_bisect_at_its_first_step(tmp_path):
+    """Connection refused on every step: the bisect stops at once, naming why, instead of skipping
+    every commit and ending with "could be any of" the whole range."""
+    url = closed_port_url()
+    rc, out, steps = bisect_run(tmp_path, ("good", "bad"), "--index", url)
+    assert rc == 128 and steps == 1, out
+    assert "cannot reach the index %storch/" % url in out and "Connection refused" in out
+    assert "could be any of" not in out and "skip" not in out
+
+
+def test_fix_terms_without_hunt_fix_abort_the_bisect_at_once(tmp_path):
+    """An index that would serve every step: the terms alone stop it, before any wheel is read."""
+    import zipfile
+    (tmp_path / "wheels").mkdir()
+    for day in range(1, 9):
+        name = "torch-2.10.0.dev202509%02d+cpu-%s-%s-linux_x86_64.whl" % (day, PYTAG, PYTAG)
+        with zipfile.ZipFile(str(tmp_path / "wheels" / name), "w") as z:
+            z.writestr("torch/version.py", "git_version = %r\n" % main_sha("%02d" % day))
+    rc, out, steps = bisect_run(tmp_path, ("broken", "fixed"), "--index", str(tmp_path / "wheels"))
+    assert rc == 128 and steps == 1, out
+    assert "the bisect's terms are broken/fixed" in out and "add --hunt-fix" in out
+    assert not (tmp_path / "cache").exists()
 
 
 def test_outside_a_nightly_checkout_the_step_aborts(tmp_path):
@@ -213,13 +263,13 @@ def test_an_index_folder_that_is_not_there_aborts(nightly_world, tmp_path, index
     assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_bad_terms_in_the_environment_abort_before_any_install(nightly_world, tmp_path):
+def test_terms_in_the_environment_abort_before_any_install(nightly_world, tmp_path):
     cache = tmp_path / "cache"
     proc = subprocess.run([sys.executable, BISECT, "nightly-step", "--index", str(nightly_world["wheels"]),
                            "--cache", str(cache)], cwd=nightly_world["repo"], capture_output=True, text=True,
-                          timeout=60, env=dict(os.environ, SAC_BISECT_TERMS="bogus"))
+                          timeout=60, env=dict(os.environ, SAC_BISECT_TERMS="regression"))
     assert proc.returncode == 128, proc.stdout + proc.stderr
-    assert "SAC_BISECT_TERMS" in proc.stderr and not cache.exists()
+    assert "$SAC_BISECT_TERMS is no longer read: pass --hunt-fix" in proc.stderr and not cache.exists()
 
 
 @pytest.mark.parametrize("args, says", [

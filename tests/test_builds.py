@@ -288,3 +288,11 @@ def test_sigterm_while_the_venv_is_made_leaves_no_process_and_no_partial(tmp_pat
     time.sleep(4)  # past the moment the venv's own child would write into the environment
     assert not [p for p in makers if os.path.exists("/proc/%d" % p)], "the venv's processes still run"
     assert list((cache / "venvs").iterdir()) == []
+
+
+def test_a_file_url_index_installs_as_its_folder(tmp_path):
+    import urllib.parse
+    index = make_index(tmp_path / "my wheels", "pep503")
+    rc, out = bisect("nightly", "2025-09-07", "--index", "file://" + urllib.parse.quote(str(index)), cache=tmp_path / "cache")
+    assert rc == 0 and "not_reproduced" in out, out
+    assert "from %s with" % index in out

@@ -157,3 +157,126 @@ def test_a_bug_in_this_bundle_aborts_with_one_line(monkeypatch, capsys, tmp_path
     err = capsys.readouterr().err
     assert rc == exits.EXIT_ABORT
     assert len(err.strip().splitlines()) == 1 and "internal error" in err
+
+
+# ------------------------------------------------- outputs never overwrite inputs or the bundle
+@pytest.mark.parametrize("spelling", [
+    "torch_compile_selective_activation_checkpoint.py", "./run_nsys.sh", "sac_repro/../README.md",
+    "tests/data/h200-torch2.11/bench.json", ".gitignore"])
+def test_json_onto_a_file_of_the_bundle_is_refused(monkeypatch, kept, spelling):
+    monkeypatch.chdir(ROOT)
+    before = open(kept(os.path.join(ROOT, spelling)), "rb").read()
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--json", spelling)
+    one_line_error(rc, stdout, stderr, "--json %s" % spelling, "a file of this bundle")
+    assert open(os.path.join(ROOT, spelling), "rb").read() == before
+
+
+def test_a_symlink_onto_a_file_of_the_bundle_is_refused(tmp_path, kept):
+    link = tmp_path / "report.json"
+    link.symlink_to(kept(os.path.join(ROOT, "README.md")))
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--json", link)
+    one_line_error(rc, stdout, stderr, "--json", "README.md, a file of this bundle")
+
+
+def test_the_bundle_is_known_without_git(monkeypatch, kept):
+    """A copy of the bundle that git does not track: its parts still say what is the bundle's."""
+    from sac_repro import outputs
+    monkeypatch.setattr(outputs, "tracked_by_git", lambda rel: False)
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--plot", kept(os.path.join(ROOT, "tests", "data", "figures",
+                                                                                   "h200_bench.png")))
+    one_line_error(rc, stdout, stderr, "--plot", "a file of this bundle")
+
+
+def test_two_outputs_onto_one_file_are_refused(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "x.png"
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--plot", path, "--json", path)
+    one_line_error(rc, stdout, stderr, "--plot %s is --json %s, another output" % (path, path))
+    assert not path.exists()
+
+
+def test_json_onto_the_capture_under_another_spelling_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(FIXED_CSV, "k.csv")
+    os.symlink("k.csv", "link.csv")
+    before = (tmp_path / "k.csv").read_bytes()
+    for spelling in ("./k.csv", "link.csv", str(tmp_path / "k.csv")):
+        rc, stdout, stderr = judge("--from-nsys", "k.csv", "--json", spelling)
+        one_line_error(rc, stdout, stderr, "--json %s is --from-nsys k.csv" % spelling)
+    assert (tmp_path / "k.csv").read_bytes() == before
+
+
+def test_json_onto_the_bench_json_is_refused_before_any_measurement(tmp_path, monkeypatch):
+    bench = tmp_path / "b.json"
+    shutil.copy(data("h200-torch2.11", "bench.json"), bench)
+    before = bench.read_bytes()
+    monkeypatch.setattr(cli, "run_child", lambda *a: pytest.fail("measured before the outputs were checked"))
+    rc, stdout, stderr = judge("--policy-report", "--bench-json", bench, "--json", bench)
+    one_line_error(rc, stdout, stderr, "--json %s is --bench-json %s" % (bench, bench))
+    assert bench.read_bytes() == before
+
+
+def test_json_on_stdout_or_beside_the_bundle_is_fine(tmp_path):
+    rc, stdout, _ = judge("--from-nsys", FIXED_CSV, "--json", "-")
+    assert rc == 0 and json.loads(stdout)["verdict"] == "not_reproduced"
+    rc, _, stderr = judge("--from-nsys", FIXED_CSV, "--json", tmp_path / "README.md")
+    assert rc == 0, stderr
+
+
+# ------------------------------------------------------ an interrupted write leaves the old file
+def limited_to(nbytes):
+    """For a child process: no file it writes may grow past nbytes, so a write fails midway (EFBIG;
+    Python ignores SIGXFSZ)."""
+    import resource
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, resource.RLIM_INFINITY))
+
+
+@pytest.mark.parametrize("option, name", [("--json", "report.json"), ("--plot", "evidence.png")])
+def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path, option, name):
+    if option == "--plot":
+        pytest.importorskip("matplotlib")
+    out = tmp_path / name
+    out.write_bytes(b"the old report\n")
+    proc = subprocess.run([sys.executable, SCRIPT, "--from-nsys", FIXED_CSV, option, str(out)], capture_output=True,
+                          text=True, preexec_fn=limited_to(4000), timeout=120)
+    assert proc.returncode == 128, proc.stdout + proc.stderr
+    assert "cannot" in proc.stderr and option in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert out.read_bytes() == b"the old report\n"
+    assert os.listdir(tmp_path) == [name]  # no half-written file left beside it
+
+
+def test_an_interrupted_write_leaves_the_old_file(tmp_path):
+    from sac_repro import outputs
+    out = tmp_path / "report.json"
+    out.write_text("old")
+
+    def half_then_a_signal(target):
+        with open(target, "w") as fh:
+            fh.write("{\"half\": ")
+        raise exits.Interrupted(15)
+    with pytest.raises(exits.Interrupted):
+        outputs.replace_atomically(str(out), half_then_a_signal)
+    assert out.read_text() == "old" and os.listdir(tmp_path) == ["report.json"]
+    outputs.write_text(str(out), "new", "--json")
+    assert out.read_text() == "new" and os.listdir(tmp_path) == ["report.json"]
+
+
+def test_a_new_output_gets_the_permissions_open_would_give(tmp_path):
+    from sac_repro import outputs
+    umask = os.umask(0o022)
+    try:
+        outputs.write_text(str(tmp_path / "new.json"), "{}", "--json")
+    finally:
+        os.umask(umask)
+    assert oct(os.stat(tmp_path / "new.json").st_mode & 0o777) == oct(0o644)
+    os.chmod(tmp_path / "new.json", 0o600)
+    outputs.write_text(str(tmp_path / "new.json"), "{}", "--json")
+    assert oct(os.stat(tmp_path / "new.json").st_mode & 0o777) == oct(0o600)  # an old file's are kept
+
+
+def test_an_output_through_a_symlink_replaces_the_file_it_names(tmp_path):
+    from sac_repro import outputs
+    (tmp_path / "real.json").write_text("old")
+    (tmp_path / "link.json").symlink_to("real.json")
+    outputs.write_text(str(tmp_path / "link.json"), "new", "--json")
+    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "real.json").read_text() == "new"

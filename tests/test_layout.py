@@ -135,3 +135,12 @@ def test_the_report_block_defines_every_name_the_engine_reads():
     measure = open(os.path.join(ROOT, "sac_repro", "measure.py")).read()
     read = set(re.findall(r'namespace\["(\w+)"\]', measure)) | set(re.findall(r'"(\w+)" (?:not )?in namespace', measure))
     assert read - {"SCENARIOS", "REPORT_NAMES"} <= interface, read - interface
+
+
+@pytest.mark.unit
+def test_the_bench_section_states_the_benchs_exit_codes():
+    from sac_repro import exits
+    policy = open(os.path.join(ROOT, "docs", "policy.md")).read()
+    section = policy[policy.index("## What it costs"):policy.index("## A regression test")]
+    rows = re.findall(r"^\| (\d+) \| `?([a-z_-]+)`? \|", section, re.M)
+    assert [(int(code), name) for code, name in rows] == [(code, name) for code, name, _ in exits.BENCH_CODES]

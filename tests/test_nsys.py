@@ -347,6 +347,16 @@ def test_real_nsys_capture_with_the_fix_reverted(name):
     assert "VERDICT: reproduced (exit 1): 50 of 50 calls under SAC ran eagerly" in stdout
 
 
+def test_an_sqlite_export_under_another_extension_is_judged_by_its_content(fake_tools, tmp_path):
+    """The format is read from the file's first bytes, never from its name: a .db is an SQLite export."""
+    db = tmp_path / "x.db"
+    shutil.copy(data("h200-torch2.11-fix-reverted", "capture.sqlite"), db)
+    rc, stdout, _ = judge("--from-nsys", db)
+    assert rc == 1 and "VERDICT: reproduced (exit 1): 50 of 50 calls under SAC ran eagerly" in stdout, stdout
+    got, stdout, stderr, _ = fake_tools("--report", str(db))
+    assert got == 1 and "50 ran eagerly" in stdout, stdout + stderr
+
+
 def test_hunting_the_fix_on_a_real_affected_capture_exits_0(fake_tools):
     got, stdout, stderr, _ = fake_tools("--report", data("h200-torch2.11-fix-reverted", "capture.sqlite"), "--hunt-fix")
     assert got == 0, stdout + stderr
@@ -378,6 +388,17 @@ def test_wrapper_with_a_bad_python_aborts(fake_tools, python):
     (["-o", "/missing/dir/x"], "/missing/dir"),
     (["--report", ""], "--report"),
     (["-o", ""], "-o needs a report NAME"),
+    # nsys expands %p, %h, %n, %q{VAR} and %% in -o: the report would be written under another name
+    (["-o", "cap_%p"], "-o cap_%p: nsys expands %"),
+    (["-o", "run_%q{HOME}.nsys-rep"], "-o run_%q{HOME}.nsys-rep: nsys expands %"),
+    (["-o", "100%%"], "-o 100%%: nsys expands %"),
+    # options for the judge go after --; capture options with --report would change nothing
+    (["--hunt-fix"], "--hunt-fix: options for the script go after --"),
+    (["-o", "mine", "--json", "v.json"], "--json: options for the script go after --"),
+    (["--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "--device", "cuda"], "--device would change nothing"),
+    (["--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "--timeout=5"], "--timeout=5 would change nothing"),
+    (["--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "-o", "mine"], "-o: not an option run_nsys.sh passes on"),
+    (["--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "--", "--hunt-fix"], "--: not an option"),
 ])
 def test_wrapper_usage_errors_abort_before_any_capture(fake_tools, args, message):
     fake_tools.install("nsys", FAKE_NSYS)
@@ -435,7 +456,8 @@ def test_a_failing_nsys_stats_aborts(fake_tools):
     assert "nsys stats could not read it" in stderr and "broken export" in stderr
 
 
-@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129),
+                                     (signal.SIGQUIT, 131)])
 def test_a_signal_to_the_wrapper_ends_the_capture(fake_tools, sig, rc):
     """The capture (here an nsys that hangs) runs in a session of its own; a signal to run_nsys.sh
     ends it, and nothing is judged."""
@@ -468,6 +490,17 @@ def test_a_signal_to_the_wrapper_ends_the_capture(fake_tools, sig, rc):
     assert not os.path.exists("/proc/%d" % nsys_pid), "the capture still runs"
 
 
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129),
+                                     (signal.SIGQUIT, 131)])
+def test_a_judge_ended_by_a_signal_passes_it_on(fake_tools, tmp_path, sig, rc):
+    """Only the judge got the signal (the wrapper got none): 128+n, neither a verdict nor a bug."""
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\ncase "$1" in -c) exec %s "$@" ;; esac\nkill -%d $$\n' % (sys.executable, sig))
+    python.chmod(0o755)
+    got, stdout, stderr, _ = fake_tools("--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), PYTHON=python)
+    assert got == rc, (stdout, stderr)
+
+
 def test_a_failure_inside_the_wrapper_is_no_verdict(fake_tools, tmp_path):
     """The outermost guard: a failure that no input reaches is injected here (through BASH_ENV, a
     function that exits 1 in place of a builtin the wrapper runs). It must leave as 128, never
@@ -486,3 +519,15 @@ def test_an_ncu_that_wrote_nothing_cannot_test(fake_tools):
     got, stdout, stderr, _ = fake_tools()
     assert got == 125, stdout + stderr
     assert "ncu wrote nothing" in stderr and "VERDICT" not in stdout
+
+
+@pytest.mark.release
+def test_every_mutant_of_the_wrapper_is_killed():
+    """tests/mutate_run_nsys.py: each hand-made mutant of run_nsys.sh fails this file's tests. It
+    runs this file once per mutant (over 15 minutes on 2 cores), hence the release tier."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "mutate_run_nsys.py")], capture_output=True,
+                          text=True, timeout=3 * 3600)
+    lines = proc.stdout.strip().splitlines()
+    assert lines and all(l.startswith("killed ") for l in lines[:-1]), proc.stdout + proc.stderr[-2000:]
+    assert proc.returncode == 0 and lines[-1] == "%d of %d mutants of run_nsys.sh killed" % (len(lines) - 1,
+                                                                                          len(lines) - 1)

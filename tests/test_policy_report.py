@@ -9,9 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import data, judge, run
-from sac_repro import render, verdict
+from sac_repro import cli, exits, render, verdict
 
 FIXED = json.load(open(data("cpu-torch2.13", "child_fixed.json")))
 REVERTED = json.load(open(data("cpu-torch2.13", "child_fix_reverted.json")))
@@ -138,3 +139,110 @@ def test_the_policy_report_of_a_real_run(tmp_path):
     assert "`sac(compile(f))` with `wrap_inductor_compiled_regions=True`" in stdout
     assert "- **Actual:** under `sac(compile(f))` the policy was asked about `aten.mm.out` only" in stdout
     assert "**What it costs**" in stdout and "PyTorch version:" in stdout
+
+
+# ------------------------------------------- --bench-json: checked in full before any measurement
+RECORDED_BENCH = json.load(open(data("h200-torch2.11", "bench.json")))
+GONE = object()  # the field is left out
+WRAPPED_ROW = "sac(compile(block, wrap_inductor_compiled_regions))"
+
+
+def set_field(bench, path, value):
+    """path: keys from the top, e.g. ("rows", "eager", "median")."""
+    inner = bench
+    for key in path[:-1]:
+        inner = inner[key]
+    if value is GONE:
+        del inner[path[-1]]
+    else:
+        inner[path[-1]] = value
+
+
+def field_name(path):
+    return path[0] + "".join('["%s"]' % k if i == 0 else ".%s" % k for i, k in enumerate(path[1:]))
+
+
+@pytest.mark.parametrize("path, value", [
+    (("device",), GONE), (("rows", "compile(sac(block)) [workaround]", "median"), "86.0"),
+    (("rows", "compile(sac(block)) [workaround]", "median"), 0),
+], ids=["no-device", "string-median", "zero-baseline"])
+def test_a_broken_bench_json_is_refused_before_any_measurement(tmp_path, monkeypatch, path, value):
+    bench = copy.deepcopy(RECORDED_BENCH)
+    set_field(bench, path, value)
+    (tmp_path / "b.json").write_text(json.dumps(bench))
+    monkeypatch.setattr(cli, "run_child", lambda *a: pytest.fail("measured before --bench-json was checked"))
+    rc, stdout, stderr = judge("--policy-report", "--bench-json", tmp_path / "b.json")
+    assert rc == 128 and stdout == "" and len(stderr.strip().splitlines()) == 1, stderr
+    assert "usage error: --bench-json" in stderr and field_name(path) in stderr, stderr
+
+
+NOT_TEXT = st.one_of(st.none(), st.integers(), st.floats(), st.booleans(), st.lists(st.integers(), max_size=2),
+                     st.just(""), st.just(GONE))
+NOT_A_COUNT = st.one_of(st.none(), st.text(max_size=3), st.booleans(), st.integers(max_value=0),
+                        st.floats(), st.just(GONE))
+NOT_A_TIME = st.one_of(st.none(), st.text(max_size=3), st.booleans(), st.integers(max_value=0),
+                       st.floats(max_value=0), st.just(float("nan")), st.just(float("inf")), st.just(GONE))
+NOT_MEMORY = st.one_of(st.text(max_size=3), st.booleans(), st.floats(max_value=-1e-9),
+                       st.just(float("nan")), st.lists(st.integers(), max_size=1))
+NOT_KERNELS = st.one_of(st.text(max_size=3), st.booleans(), st.integers(max_value=-1), st.floats())
+ROW = st.sampled_from(sorted(RECORDED_BENCH["rows"]))
+
+
+def broken_fields():
+    """(the path of a field, a value that is wrong there): one field of the recorded table broken."""
+    return st.one_of(
+        st.tuples(st.sampled_from(["device", "torch", "dtype"]).map(lambda k: (k,)), NOT_TEXT),
+        st.tuples(st.sampled_from(["layers", "hidden", "tokens"]).map(lambda k: (k,)), NOT_A_COUNT),
+        st.tuples(st.just(("fsdp",)), st.one_of(st.none(), st.integers(), st.text(max_size=3))),
+        st.tuples(st.just(("rows",)), st.one_of(st.none(), st.just({}), st.lists(st.integers(), max_size=2),
+                                                st.text(max_size=3), st.just(GONE))),
+        st.tuples(ROW.map(lambda r: ("rows", r)), st.one_of(st.none(), st.integers(), st.text(max_size=3))),
+        st.tuples(ROW.map(lambda r: ("rows", r, "median")), NOT_A_TIME),
+        st.tuples(ROW.map(lambda r: ("rows", r, "mem")), NOT_MEMORY),
+        st.tuples(ROW.map(lambda r: ("rows", r, "bwd_mm")), NOT_KERNELS),
+        st.tuples(st.just(("baseline",)), st.one_of(st.none(), st.integers(), st.just("no such row"), st.just(GONE))),
+        # the memory of the wrapped row is compared with these two: they need theirs
+        st.tuples(st.sampled_from(["compiled, no checkpoint", "compile(sac(block)) [workaround]"]).map(
+            lambda r: ("rows", r, "mem")), st.sampled_from([None, GONE])),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(broken_fields())
+def test_every_broken_field_of_a_bench_json_is_named(tmp_path_factory, broken):
+    path, value = broken
+    bench = copy.deepcopy(RECORDED_BENCH)
+    set_field(bench, path, value)
+    f = tmp_path_factory.mktemp("bench") / "b.json"
+    f.write_text(json.dumps(bench))
+    with pytest.raises(exits.UsageError) as refused:
+        cli.load_bench(str(f))
+    assert field_name(path) in str(refused.value), (path, value, str(refused.value))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(["fsdp-and-world", "no-fsdp", "no-mem", "mem-none", "no-bwd_mm", "bwd_mm-none",
+                                 "extra-key", "one-row"]), unique=True))
+def test_what_the_bench_writes_and_what_render_does_without_is_accepted(tmp_path_factory, changes):
+    bench = copy.deepcopy(RECORDED_BENCH)
+    rows = bench["rows"]
+    for change in changes:
+        if change == "fsdp-and-world":
+            bench.update(fsdp=True, world=2)
+        elif change == "no-fsdp":
+            bench.pop("fsdp")
+        elif change in ("no-mem", "no-bwd_mm"):
+            for r in rows.values():
+                r.pop(change[3:], None)
+        elif change in ("mem-none", "bwd_mm-none"):
+            for r in rows.values():
+                r[change[:-5]] = None
+        elif change == "extra-key":
+            bench["from the future"] = {"x": [1]}
+        elif change == "one-row":
+            bench["rows"] = rows = {bench["baseline"]: rows[bench["baseline"]]}
+    f = tmp_path_factory.mktemp("bench") / "b.json"
+    f.write_text(json.dumps(bench))
+    assert cli.load_bench(str(f)) == bench
+    report = verdict.report_from_child(copy.deepcopy(FIXED), "regression", False)
+    render.render_policy_markdown(report, "x", None, bench)  # renders what was accepted

@@ -56,7 +56,7 @@ def test_release_search_finds_the_fix_in_2_10_0():
 def test_matrix_gives_each_release_its_verdict():
     proc = subprocess.run([sys.executable, BISECT, "matrix", "2.4.1", "2.9.1", "2.12.0", "--markdown"],
                           capture_output=True, text=True, timeout=3600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 125, proc.stdout + proc.stderr  # 2.4.1 could not be judged
     lines = [l for l in proc.stdout.splitlines() if l.startswith("torch ")]
     assert [l.split()[1:3] for l in lines] == [["2.4.1", "cannot_test"], ["2.9.1", "reproduced"],
                                                ["2.12.0", "not_reproduced"]]

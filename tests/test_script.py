@@ -113,6 +113,29 @@ def test_hung_child_times_out_as_cannot_test(tmp_path):
     assert "hung" in stdout
 
 
+@pytest.mark.parametrize("code", [0, 1, 125])
+def test_a_child_that_exits_before_its_result_is_no_verdict(tmp_path, code):
+    """Its exit code is no verdict, whatever it is: only its result is."""
+    env = write_sitecustomize(tmp_path, """
+        import os
+        os._exit(%d)
+        """ % code)
+    rc, stdout, _ = run(sys.executable, "--device", "cpu", env=env)
+    assert rc == 125, stdout
+    assert "the torch under test exited with code %d before giving a result" % code in stdout
+
+
+def test_a_child_that_exits_halfway_through_its_result_is_no_verdict(tmp_path):
+    env = write_sitecustomize(tmp_path, """
+        import os
+        with open(sys.argv[sys.argv.index("--_child") + 1], "w") as fh:
+            fh.write('{"status": "ok", "scenarios": {')
+        os._exit(1)
+        """)
+    rc, stdout, stderr = run(sys.executable, "--device", "cpu", env=env)
+    assert rc == 128 and stdout == "" and len(stderr.strip().splitlines()) == 1, (rc, stdout, stderr)
+
+
 def test_a_bug_in_the_measured_part_aborts(tmp_path):
     env = write_sitecustomize(tmp_path, """
         sys.path.insert(0, %r)

@@ -1,5 +1,5 @@
-"""Ctrl-C (SIGINT) or SIGTERM to an entry point ends everything it started, removes its temp
-files, and exits 130 or 128+n: a bisect aborts, and no hung torch is left running."""
+"""Ctrl-C (SIGINT), Ctrl-\\ (SIGQUIT) or SIGTERM to an entry point ends everything it started,
+removes its temp files, and exits 128+n: a bisect aborts, and no hung torch is left running."""
 import os
 import signal
 import subprocess
@@ -53,13 +53,13 @@ def gone(pid, seconds=30):
     return not alive(pid)
 
 
-@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGQUIT, 131)])
 def test_a_signal_to_the_script_ends_its_child_and_its_temp_files(tmp_path, sig, rc):
     err = signal_mid_run([sys.executable, SCRIPT, "--device", "cpu"], tmp_path, sig, rc)
     assert "interrupted" in err and len(err.strip().splitlines()) == 1, err
 
 
-@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGQUIT, 131)])
 def test_a_signal_to_a_bisect_step_ends_the_repro_it_runs(nightly_world, tmp_path, sig, rc):  # noqa: F811
     git(nightly_world["repo"], "checkout", "-q", nightly_world["commits"]["06"])
     signal_mid_run([sys.executable, BISECT, "nightly-step", "--index", str(nightly_world["wheels"]),

@@ -15,279 +15,86 @@ median of many; with --fsdp the slowest rank's median), peak memory (the largest
 the matmul kernels that ran in one backward. Ratios are against compile(sac(block)).
 """
 import argparse
-import functools
 import json
-import math
 import os
-import statistics
 import sys
-import time
 
-import torch
-import torch._inductor.config
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # sac_repro/
-from sac_repro import plot  # noqa: E402
-from sac_repro.measure import backward_matmuls, fresh_code  # noqa: E402
-
-MATMULS = [torch.ops.aten.mm.default]
-WORKAROUND = "compile(sac(block)) [workaround]"
-
-
-def policy_saving(ops):
-    def policy_fn(ctx, op, *args, **kwargs):
-        return CheckpointPolicy.MUST_SAVE if op in ops else CheckpointPolicy.PREFER_RECOMPUTE
-    return functools.partial(create_selective_checkpoint_contexts, policy_fn)
+# sac_repro/ beside this file's real folder, wherever it is called from, -I included: nothing here
+# may need the script's folder or PYTHONPATH on sys.path
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+try:
+    from sac_repro import exits, outputs, plot
+    from sac_repro.cli import Parser, positive_float, whole_number
+except Exception as e:  # copied without its package: abort (exits.EXIT_ABORT, unreachable here)
+    if __name__ != "__main__":
+        raise
+    try:
+        print("error: cannot import sac_repro beside %s (%s): copy the bundle's whole folder" % (
+            __file__, e), file=sys.stderr)
+    finally:
+        os._exit(128)
 
 
-class Block(torch.nn.Module):
-    """Pre-norm MLP block: x + W_down(gelu(W_up(rmsnorm(x)))). Matmuls are aten.mm (no bias)."""
-
-    def __init__(self, hidden):
-        super().__init__()
-        self.norm_w = torch.nn.Parameter(torch.ones(hidden))
-        self.w_up = torch.nn.Parameter(torch.empty(hidden, 4 * hidden))
-        self.w_down = torch.nn.Parameter(torch.empty(4 * hidden, hidden))
-
-    def forward(self, x):
-        h = x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * self.norm_w
-        return x + F.gelu(h @ self.w_up, approximate="tanh") @ self.w_down
-
-
-def compiled(module, **options):
-    """torch.compile in place (Module.compile), as torchtitan compiles its blocks: the module stays
-    itself, so checkpoint_wrapper and fully_shard wrap it as they would an uncompiled one."""
-    module.compile(fullgraph=True, **({"options": options} if options else {}))
-    return module
-
-
-def arrangements():
-    """name -> how a block is wrapped. Each arrangement gets a Block class with its own forward
-    code object: Dynamo's cache, and on affected torch its sticky skip under SAC, live on it."""
-    sac = policy_saving(MATMULS)
-    out = {
-        "eager": lambda b: b,
-        "eager SAC": lambda b: checkpoint_wrapper(b, context_fn=sac),
-        "compiled, no checkpoint": lambda b: compiled(b),
-        "sac(compile(block)) [reported]": lambda b: checkpoint_wrapper(compiled(b), context_fn=sac),
-        WORKAROUND: lambda b: compiled(checkpoint_wrapper(b, context_fn=sac)),
-    }
-    if hasattr(torch._inductor.config, "wrap_inductor_compiled_regions"):  # 2.10 and later
-        sac_wrap = policy_saving(MATMULS + [torch.ops.higher_order.inductor_compiled_code])
-        out["sac(compile(block, wrap_inductor_compiled_regions))"] = lambda b: checkpoint_wrapper(
-            compiled(b, wrap_inductor_compiled_regions=True), context_fn=sac_wrap)
-    return out
-
-
-def initial_weights(args):
-    """The same weights for every arrangement and every rank, made on the CPU from one seed."""
-    g = torch.Generator().manual_seed(0)
-    h = args.hidden
-    return [{"norm_w": torch.ones(h), "w_up": torch.randn(h, 4 * h, generator=g) / h ** 0.5,
-             "w_down": torch.randn(4 * h, h, generator=g) / (4 * h) ** 0.5} for _ in range(args.layers)]
-
-
-def build(name, wrap, weights, args, mesh):
-    """The model of one arrangement: its blocks wrapped, on the device, sharded with --fsdp."""
-    cls = type("Block_" + "".join(c if c.isalnum() else "_" for c in name), (Block,),
-               {"forward": fresh_code(Block.forward)})
-    blocks = []
-    for w in weights:
-        b = cls(args.hidden)
-        b.load_state_dict(w)
-        blocks.append(b.to(args.device, torch.float32 if args.fsdp else args.dtype))
-    if not args.fsdp:
-        return torch.nn.Sequential(*[wrap(b) for b in blocks])
-    from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
-    mp = MixedPrecisionPolicy(param_dtype=args.dtype, reduce_dtype=torch.float32)
-    model = torch.nn.Sequential(*[wrap(b) for b in blocks])
-    for block in model:
-        fully_shard(block, mesh=mesh, mp_policy=mp)
-    return fully_shard(model, mesh=mesh, mp_policy=mp)
-
-
-def fsdp_layout(model):
-    """'N fully_shard units, this rank holds K of M parameters': what the sharding really did."""
-    from torch.distributed.fsdp import FSDPModule
-    units = sum(isinstance(m, FSDPModule) for m in model.modules())
-    local = sum(p.to_local().numel() for p in model.parameters())
-    return "%d fully_shard units, rank %d holds %d of %d parameters" % (
-        units, dist.get_rank(), local, sum(p.numel() for p in model.parameters()))
-
-
-def make_input(args):
-    g = torch.Generator().manual_seed(1)  # the same on every rank: sharded grads equal eager's
-    return (torch.randn(args.tokens, args.hidden, generator=g) * 0.5).to(args.device, args.dtype).requires_grad_()
-
-
-def loss_and_grads(model, x):
-    for p in list(model.parameters()) + [x]:
-        p.grad = None
-    loss = model(x).float().square().mean()
-    loss.backward()
-    grads = [x.grad] + [p.grad for p in model.parameters()]
-    return loss.detach().float(), [(g.full_tensor() if hasattr(g, "full_tensor") else g).float() for g in grads]
-
-
-def max_rel_err(got, ref):
-    return max(((g - r).norm() / r.norm().clamp_min(1e-12)).item() for g, r in zip(got, ref))
-
-
-def step(model, x):
-    model(x).float().square().mean().backward()
-
-
-def time_steps(model, x, args):
-    for _ in range(args.warmup):
-        step(model, x)
-    times = []
-    for _ in range(args.iters):
-        if args.device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step(model, x)
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step(model, x)
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
-
-
-def peak_memory_gb(model, x, args):
-    if args.device != "cuda":
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step(model, x)
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2 ** 30
-
-
-def across_ranks(value, op):
-    """The largest (or smallest) of a number over the ranks; the number itself without --fsdp."""
-    if not dist.is_initialized() or value is None:
-        return value
-    t = torch.tensor([float(value)], device="cuda" if dist.get_backend() == "nccl" else "cpu")
-    dist.all_reduce(t, op=op)
-    return t.item()
-
-
-def finite(text):
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError("must be a finite number > 0, got %r" % text)
-    return value
-
-
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+def parse_args(argv):
+    p = Parser(prog="bench_sac_compile.py", description=__doc__.split("\n\n")[0],
+               epilog=exits.codes_help(exits.BENCH_CODES, "exit codes:"),
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--fsdp", action="store_true", help="shard with FSDP2; run with torchrun")
     p.add_argument("--small", action="store_true", help="tiny shapes, float32, few iterations (smoke test)")
-    p.add_argument("--hidden", type=int, default=4096)
-    p.add_argument("--tokens", type=int, default=16384, help="per rank with --fsdp")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--hidden", type=whole_number(1), default=4096)
+    p.add_argument("--tokens", type=whole_number(1), default=16384, help="per rank with --fsdp")
+    p.add_argument("--layers", type=whole_number(1), default=4)
+    p.add_argument("--iters", type=whole_number(1), default=30)
+    p.add_argument("--warmup", type=whole_number(0), default=5)
     p.add_argument("--json", metavar="PATH", help="also write the table as JSON (for --policy-report's cost)")
     p.add_argument("--plot", metavar="PATH", help="also draw the table (.png or .svg; needs matplotlib)")
-    p.add_argument("--tolerance", type=finite, default=2e-2,
+    p.add_argument("--tolerance", type=positive_float, default=2e-2,
                    help="max relative error of the loss and any gradient against eager (bf16 default)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    outputs.check_outputs([("--json", args.json), ("--plot", args.plot)])
     if args.plot and plot.plot_path_problem(args.plot):
-        p.error(plot.plot_path_problem(args.plot))
-    args.dtype = torch.bfloat16
+        raise exits.UsageError(plot.plot_path_problem(args.plot))
     if args.small:
         args.hidden, args.tokens, args.layers, args.iters, args.warmup = 64, 128, 2, 3, 1
-        args.dtype, args.tolerance = torch.float32, 1e-4
+        args.tolerance = 1e-4
     return args
 
 
-def setup(args):
-    """(rank, world size, device mesh); with --fsdp the process group, one GPU per rank."""
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no CUDA device here; use --device cpu --small")
-    if not args.fsdp:
-        return 0, 1, None
-    if "RANK" not in os.environ:
-        sys.exit("--fsdp: start it with torchrun --nproc-per-node N")
-    if args.device == "cuda":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
-    from torch.distributed.device_mesh import init_device_mesh
-    return dist.get_rank(), dist.get_world_size(), init_device_mesh(args.device, (dist.get_world_size(),))
+def write_outputs(table, args):
+    if args.json:
+        outputs.write_text(args.json, json.dumps(table, indent=2), "--json")
+    if args.plot:
+        try:
+            outputs.replace_atomically(args.plot, lambda target: plot.draw_bench(table, target))
+        except Exception as e:
+            raise exits.OutputError("cannot draw --plot %s: %s" % (args.plot, exits.one_line(e)))
+        print("plot: " + args.plot)
 
 
-def main():
-    args = parse_args()
-    rank, world, mesh = setup(args)
-    say = print if rank == 0 else (lambda *a, **k: None)
-    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    say("torch %s (git %s) | %s%s | hidden %d, tokens %d%s, layers %d, %s | %s" % (
-        torch.__version__, torch.version.git_version[:12], "%d x " % world if args.fsdp else "", gpu,
-        args.hidden, args.tokens, " per rank" if args.fsdp else "", args.layers,
-        str(args.dtype).replace("torch.", ""), time.strftime("%Y-%m-%d")))
-    if args.fsdp:
-        say("FSDP2: fully_shard per block and at the root, MixedPrecisionPolicy(param_dtype=%s, "
-            "reduce_dtype=float32), %s" % (str(args.dtype).replace("torch.", ""), dist.get_backend()))
-    weights, x = initial_weights(args), make_input(args)
-    ref_args = argparse.Namespace(**dict(vars(args), fsdp=False))
-    ref_loss, ref_grads = loss_and_grads(build("reference", lambda b: b, weights, ref_args, None), x)
-    rows = {}
-    for name, wrap in arrangements().items():
-        model = build(name, wrap, weights, args, mesh)
-        if args.fsdp and name == "eager":
-            say("FSDP2 layout: " + fsdp_layout(model))
-        loss, grads = loss_and_grads(model, x)
-        err = max(abs(loss.item() - ref_loss.item()) / abs(ref_loss.item()), max_rel_err(grads, ref_grads))
-        err = across_ranks(err, dist.ReduceOp.MAX)
-        ok = err <= args.tolerance
-        say("correctness %-55s max rel err of loss and grads vs eager %.2e  %s" % (name, err, "ok" if ok else "FAIL"))
-        if not ok:
-            return 1
-        times = time_steps(model, x, args)
-        q = statistics.quantiles(times, n=4) if len(times) >= 4 else [min(times), 0, max(times)]
-        rows[name] = {"median": across_ranks(statistics.median(times), dist.ReduceOp.MAX),
-                      "p25": q[0], "p75": q[-1],
-                      "mem": across_ranks(peak_memory_gb(model, x, args), dist.ReduceOp.MAX),
-                      "bwd_mm": backward_matmuls(lambda: model(x), args.device)}
-        model = None  # frees this arrangement before the next is built
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
-    base = rows[WORKAROUND]
-    say("%-55s %12s %17s %8s %10s %8s %13s" % ("arrangement", "fwd+bwd ms", "p25-p75 ms",
-                                               "x time", "peak GiB", "x mem", "bwd matmuls"))
-    for name, r in rows.items():
-        mem = "-" if r["mem"] is None else "%.2f" % r["mem"]
-        xmem = "-" if r["mem"] is None else "%.2f" % (r["mem"] / base["mem"])
-        say("%-55s %12.3f %8.3f-%-8.3f %8.2f %10s %8s %13s" % (
-            name, r["median"], r["p25"], r["p75"], r["median"] / base["median"], mem, xmem,
-            "-" if r["bwd_mm"] is None else r["bwd_mm"]))
-    if args.fsdp:
-        say("(fwd+bwd: the slowest rank's median; p25-p75: rank 0's; peak GiB: the largest of the ranks)")
-    if args.small:
-        say("(--small: a smoke test; these numbers are not a measurement)")
-    table = {"schema": 1, "torch": torch.__version__, "git": torch.version.git_version, "device": gpu,
-             "world": world, "fsdp": args.fsdp, "hidden": args.hidden, "tokens": args.tokens,
-             "layers": args.layers, "dtype": str(args.dtype).replace("torch.", ""), "small": args.small,
-             "date": time.strftime("%Y-%m-%d"), "baseline": WORKAROUND, "rows": rows}
-    if rank == 0 and args.json:
-        with open(args.json, "w") as fh:
-            json.dump(table, fh, indent=2)
-    if rank == 0 and args.plot:
-        plot.draw_bench(table, args.plot)
-        say("plot: " + args.plot)
-    if args.fsdp:
-        dist.destroy_process_group()
-    return 0
+def run(args):
+    """Imports the torch under test only now that the options are read, then measures. What fails
+    inside torch is this build's (cannot test); what fails in this bundle's code is a bug here."""
+    try:
+        import torch  # noqa: F401
+    except Exception as e:
+        raise exits.CannotTest("torch failed to import: %s" % exits.one_line(e)[:300])
+    try:
+        from sac_repro import bench
+        table = bench.measure(args)
+    except (exits.UsageError, exits.OutputError, exits.CannotTest):
+        raise
+    except Exception as e:
+        if exits.raised_by_this_bundle(e):
+            raise
+        raise exits.CannotTest("the torch under test raised %s" % exits.one_line(e))
+    if table is not None:  # rank 0 writes what all the ranks measured
+        write_outputs(table, args)
+    return exits.EXIT_OK
+
+
+def main(argv=None):
+    return exits.guarded(lambda: run(parse_args(sys.argv[1:] if argv is None else argv)), "bench_sac_compile.py")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ One nightly, or today's, without a clone (the first question on any report):
 Nightlies, inside a clone of pytorch/pytorch on its `nightly` branch (one commit per nightly):
 
     git bisect start --term-old broken --term-new fixed <fixed-nightly> <broken-nightly>
-    git bisect run python /path/to/tools/bisect_torch.py nightly-step
+    git bisect run python /path/to/tools/bisect_torch.py nightly-step --hunt-fix
     python /path/to/tools/bisect_torch.py nightly-range        # the main-branch commits to read
 
 Released versions, where nightlies have been pruned (PyPI, or PyTorch's index with --variant):
@@ -20,13 +20,12 @@ The cache of environments (one per build) and its shared store of packages:
 
     python tools/bisect_torch.py cache [--prune --keep N | --prune --older-than DAYS]
 
-`nightly-step` exits as `git bisect run` wants: 0 for the old term, 1 for the new, 125 to skip a
-nightly that cannot be tested (no wheel for that date, a wheel of another commit, an install
-failure, the repro says cannot_test), 128 on a usage error, too little disk, or a bug here, which
-aborts the bisect, and 128+n on signal n. Environments are installed with uv where it is installed
-(one shared store of packages, hard-linked), else pip (one shared wheel cache), under --cache
-(default ~/.cache/sac-compile-repro, or $SAC_REPRO_CACHE). Stdlib only, besides pip or uv, venv
-and the repro script beside it.
+`nightly-step` exits as `git bisect run` wants (each command's --help lists its exit codes); with
+--hunt-fix for the terms broken/fixed, without it for good/bad, and it refuses to run against the
+bisect's terms. Environments are installed with uv where it is installed (one shared store of
+packages, hard-linked), else pip (one shared wheel cache), under --cache (default
+~/.cache/sac-compile-repro, or $SAC_REPRO_CACHE). Stdlib only, besides pip or uv, venv and the
+repro script beside it.
 """
 import argparse
 import json
@@ -42,7 +41,8 @@ try:
     from sac_repro import builds
     from sac_repro.builds import say, Untestable
     from sac_repro.cli import Parser, positive_float
-    from sac_repro.exits import end_group, EXIT_CANNOT_TEST, guarded, TERMS, UsageError
+    from sac_repro.exits import (command_codes_help, end_group, EXIT_CANNOT_TEST, EXIT_NO_CHANGE, EXIT_OK,
+                                 guarded, TERMS, UsageError)
     from sac_repro.render import release_table_markdown
     from sac_repro.verdict import CASE, classify, CONTROL
 except Exception as e:  # copied without its package, say: abort a bisect, never pass as 1
@@ -57,7 +57,7 @@ except Exception as e:  # copied without its package, say: abort a bisect, never
 BUNDLE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 REPRO = os.path.join(BUNDLE, "torch_compile_selective_activation_checkpoint.py")
 NIGHTLY_SUBJECT = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) nightly release \(([0-9a-f]{40})\)")
-DATE = re.compile(r"\d{4}-\d{2}-\d{2}$")
+RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")  # ASCII: \d would take any script's digits
 
 
 # --------------------------------------------------------------------------- running the repro
@@ -166,8 +166,50 @@ def wrong_wheel(built_from, expect):
             "a wrong wheel would be a wrong step" % (built_from or "(none)", expect[0], expect[1]))
 
 
+# Words of `git bisect start --term-old OLD --term-new NEW`: OLD one of BAD_WORDS, or NEW one of
+# GOOD_WORDS, hunts a fix; the other way round, a regression.
+GOOD_WORDS = {"good", "fixed", "fix", "works", "working", "ok", "passes", "passing", "resolved", "unaffected"}
+BAD_WORDS = {"bad", "broken", "buggy", "fails", "failing", "failed", "affected", "unfixed", "reproduced", "regressed"}
+
+
+def terms_hunt(old, new):
+    """What a bisect with these terms looks for: "fix", "regression", or None (words not known here:
+    the flag is taken as given)."""
+    old, new = old.lower(), new.lower()
+    if (old, new) == ("old", "new"):
+        return "regression"
+    fix, regression = old in BAD_WORDS or new in GOOD_WORDS, old in GOOD_WORDS or new in BAD_WORDS
+    return None if fix == regression else "fix" if fix else "regression"
+
+
+def bisect_terms():
+    """(old term, new term) of the bisect in progress here, or None where there is none."""
+    terms = []
+    for which in ("--term-old", "--term-new"):
+        proc = subprocess.run(["git", "bisect", "terms", which], capture_output=True, text=True)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            return None
+        terms.append(proc.stdout.strip())
+    return tuple(terms)
+
+
+def check_terms(hunt_fix):
+    """Without this, a step run the wrong way round answers every nightly backwards, and the bisect
+    ends on a wrong commit with nothing to show for it."""
+    terms = bisect_terms()
+    hunt = terms and terms_hunt(*terms)
+    if hunt == "fix" and not hunt_fix:
+        raise UsageError("the bisect's terms are %s/%s, which hunt the fix, and without --hunt-fix each step "
+                         "would answer backwards: add --hunt-fix" % terms)
+    if hunt == "regression" and hunt_fix:
+        raise UsageError("the bisect's terms are %s/%s, which hunt a regression, and --hunt-fix answers for "
+                         "broken/fixed: drop --hunt-fix or start the bisect with --term-old broken --term-new "
+                         "fixed" % terms)
+
+
 def nightly_step(args):
     day, main_sha = nightly_of("HEAD")
+    check_terms(args.hunt_fix)
     head = git("rev-parse", "HEAD")
     try:
         # A nightly wheel reports the nightly-branch commit it was built from, or its main sha
@@ -176,7 +218,7 @@ def nightly_step(args):
     except Untestable as e:
         say(step_line(day, e.wheel, e.built_from, "cannot_test", "skip (125)", e.args[0]))
         return EXIT_CANNOT_TEST
-    exit_code = TERMS[args.terms][report["verdict"]]
+    exit_code = TERMS["fix" if args.hunt_fix else "regression"][report["verdict"]]
     say(step_line(day, wheel, built_from, report["verdict"], "exit %d" % exit_code, evidence(report)))
     return exit_code
 
@@ -210,14 +252,24 @@ def nightly_range(args):
 
 # --------------------------------------------------------------------------- releases
 def parse_release(v):
-    if not re.fullmatch(r"\d+\.\d+\.\d+", v):
+    if not RELEASE.fullmatch(v):
         raise UsageError("%r is not a release version like 2.8.0" % v)
     return tuple(int(x) for x in v.split("."))
 
 
+def parse_build(v):
+    """A build on matrix's command line: latest, a release, or a nightly's date (with a '-')."""
+    if v == "latest":
+        return v
+    if "-" in v:
+        return builds.parse_day(v)
+    parse_release(v)
+    return v
+
+
 def releases_between(old, new, available):
     lo, hi = parse_release(old), parse_release(new)
-    out = sorted({v for v in available if re.fullmatch(r"\d+\.\d+\.\d+", v)
+    out = sorted({v for v in available if RELEASE.fullmatch(v)
                   and lo <= parse_release(v) <= hi}, key=parse_release)
     for v in (old, new):
         if v not in out:
@@ -230,7 +282,7 @@ def test_build(version, args, table):
     evidence, adds a row to the table, returns the verdict."""
     wheel, built_from = "-", None
     try:
-        if DATE.match(version) or version == "latest":
+        if builds.DAY.fullmatch(version) or version == "latest":
             version, python, wheel, built_from = install_nightly(version, args)
         else:
             index, cache = builds.release_index(args.variant, args.index), builds.cache_dir(args.cache)
@@ -255,25 +307,23 @@ def print_table(args, table):
 
 
 def release_key(v):
-    return (1, v) if DATE.match(v) else (0, parse_release(v))
+    return (1, v) if builds.DAY.fullmatch(v) else (0, parse_release(v))
 
 
 def matrix(args):
     """The verdict of each build given (releases, nightly dates, `latest`): no search, every one tested."""
-    for v in args.versions:
-        if not (DATE.match(v) or v == "latest"):
-            parse_release(v)
     say("releases from %s; nightlies from %s" % (builds.describe(builds.release_index(args.variant, args.index)),
                                                  builds.nightly_index(args.variant, args.index)))
     table = []
-    for v in args.versions:
-        test_build(v, args, table)
+    verdicts = [test_build(v, args, table) for v in args.versions]
     print_table(args, table)
-    return 0
+    return EXIT_CANNOT_TEST if "cannot_test" in verdicts else EXIT_OK
 
 
 def releases(args):
-    if parse_release(args.old) >= parse_release(args.new):  # before asking any index
+    if parse_release(args.old) == parse_release(args.new):  # before asking any index
+        raise UsageError("OLD and NEW are the same release (%s): a search needs two, the older first" % args.old)
+    if parse_release(args.old) > parse_release(args.new):
         raise UsageError("OLD (%s) must be older than NEW (%s)" % (args.old, args.new))
     index = builds.release_index(args.variant, args.index)
     versions = releases_between(args.old, args.new, builds.release_versions(index))
@@ -292,7 +342,7 @@ def releases(args):
     base = verdict(args.old)
     if verdict(args.new) == base:
         say("no release between %s and %s changes the verdict from %s" % (args.old, args.new, base))
-        return 1
+        return EXIT_NO_CHANGE
     lo, hi = 0, len(versions) - 1  # versions[lo] gives the OLD verdict, versions[hi] does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -345,18 +395,14 @@ def cache(args):
 
 
 # --------------------------------------------------------------------------- command line
-def env_choice(name, default, choices):
-    """A default read from the environment is checked as the option itself would be."""
-    value = os.environ.get(name, default)
-    if value not in choices:
-        raise UsageError("$%s is %r; it must be one of %s" % (name, value, ", ".join(sorted(choices))))
-    return value
-
-
 def parse_args(argv):
     p = Parser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    def command(name, **kwargs):
+        return sub.add_parser(name, epilog=command_codes_help(name), formatter_class=argparse.RawDescriptionHelpFormatter,
+                              **kwargs)
     common = Parser(add_help=False)
     common.add_argument("--cache", help="where environments and the shared store are kept "
                         "(default $SAC_REPRO_CACHE or ~/.cache/sac-compile-repro)")
@@ -371,31 +417,43 @@ def parse_args(argv):
                          help="PyTorch's build variant: cpu, cu126, cu128, ... (releases: from "
                               "download.pytorch.org/whl/VARIANT instead of PyPI; nightlies: default cpu)")
     builds_.add_argument("--index", default=os.environ.get("SAC_BISECT_INDEX"),
-                         help="a PEP 503 index URL, or a local folder: flat, or one folder per package")
-    step = sub.add_parser("nightly-step", parents=[common, builds_], help="one `git bisect run` step")
-    step.add_argument("--terms", choices=sorted(TERMS), default=env_choice("SAC_BISECT_TERMS", "fix", TERMS),
-                      help="fix: --term-old broken --term-new fixed (default); regression: good/bad")
-    one = sub.add_parser("nightly", parents=[common, builds_], help="the verdict of one nightly, no clone needed")
+                         help="a PEP 503 index (an http(s):// URL), or a local folder (a path or a file:// URL): "
+                              "flat, or one folder per package")
+    step = command("nightly-step", parents=[common, builds_], help="one `git bisect run` step")
+    step.add_argument("--hunt-fix", action="store_true",
+                      help="swap exits 0 and 1, for `git bisect start --term-old broken --term-new fixed`")
+    step.add_argument("--terms", help=argparse.SUPPRESS)  # the old spelling: refused, naming the new one
+    one = command("nightly", parents=[common, builds_], help="the verdict of one nightly, no clone needed")
     one.add_argument("day", nargs="?", default="latest", metavar="DATE|latest")
-    rng = sub.add_parser("nightly-range", help="after the bisect: main-branch commits to read")
+    rng = command("nightly-range", help="after the bisect: main-branch commits to read")
     rng.add_argument("rev", nargs="?", help="the first nightly on the new side (default: the bisect's)")
-    rel = sub.add_parser("releases", parents=[common, builds_], help="binary search over releases")
+    rel = command("releases", parents=[common, builds_], help="binary search over releases")
     rel.add_argument("old")
     rel.add_argument("new")
-    mat = sub.add_parser("matrix", parents=[common, builds_], help="the verdict of each build given")
+    mat = command("matrix", parents=[common, builds_], help="the verdict of each build given")
     mat.add_argument("versions", nargs="+", metavar="VERSION|DATE|latest")
-    cac = sub.add_parser("cache", parents=[common], help="list (or --prune) the cached environments")
+    cac = command("cache", parents=[common], help="list (or --prune) the cached environments")
     cac.add_argument("--prune", action="store_true")
     cac.add_argument("--keep", type=int, metavar="N", help="with --prune: keep the N most recently used")
     cac.add_argument("--older-than", type=positive_float, metavar="DAYS", help="with --prune: remove those unused for longer")
     args = p.parse_args(argv)
-    if getattr(args, "day", "latest") not in ("latest",) and not DATE.match(args.day):
-        raise UsageError("nightly %s: give a date like 2025-09-07, or latest" % args.day)
+    if args.command == "nightly-step" and (args.terms is not None or os.environ.get("SAC_BISECT_TERMS")):
+        raise UsageError("%s is no longer read: pass --hunt-fix to hunt the fix (terms broken/fixed), "
+                         "nothing for a regression (good/bad)" % (
+                             "--terms" if args.terms is not None else "$SAC_BISECT_TERMS"))
+    if getattr(args, "day", "latest") != "latest":
+        args.day = builds.parse_day(args.day)
+    if args.command == "matrix":
+        args.versions = [parse_build(v) for v in args.versions]
     if getattr(args, "keep", None) is not None and args.keep < 0:
         raise UsageError("--keep must be 0 or more")
     for option in ("index", "cache", "variant"):
         if getattr(args, option, None) == "":
             raise UsageError("--%s was given an empty value (an unset shell variable?)" % option)
+    if getattr(args, "variant", None) and not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", args.variant):
+        raise UsageError("--variant %r is no variant of PyTorch's index: give one like cpu or cu128" % args.variant)
+    if getattr(args, "index", None):
+        args.index = builds.parse_index(args.index)
     if hasattr(args, "cache"):
         builds.cache_dir(args.cache)  # a cache that is a file is a usage error before any work
     return args

@@ -1,0 +1,120 @@
+"""Where the entry points write: never onto an input, another output or a file of the bundle, and
+in one step, so that an interrupted write leaves the old file or none, never part of one.
+"""
+import os
+import subprocess
+import tempfile
+
+from .exits import OutputError, UsageError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+# What the bundle ships, for a copy that git does not track (a tarball, a folder copied around).
+BUNDLE_PARTS = ("torch_compile_selective_activation_checkpoint.py", "run_nsys.sh", "requirements.txt",
+                "README.md", "expected_output.md", "sac_repro", "tools", "docs", "tests", ".ci")
+
+
+def check_outputs(outputs, inputs=()):
+    """Before any work. outputs: (option, path) pairs, path None where there is none (or it is
+    stdout); inputs: (option, path, what it is). Each output must be a file its folder lets us
+    write, and none of the inputs, the other outputs or the bundle's files. Real paths are
+    compared: a symlink, `./x` or a hard link is the same file."""
+    taken = [(option, path, what) for option, path, what in inputs if path]
+    for option, path in outputs:
+        if path is None:
+            continue
+        check_writable(path, option)
+        for other, other_path, what in taken:
+            if same_file(path, other_path):
+                raise UsageError("%s %s is %s %s, %s: writing it would destroy that; name another file"
+                                 % (option, path, other, other_path, what))
+        part = bundle_file(path)
+        if part:
+            raise UsageError("%s %s is %s, a file of this bundle: writing it would destroy it; name a file "
+                             "outside the bundle" % (option, path, part))
+        taken.append((option, path, "another output"))
+
+
+def check_writable(path, option):
+    if not path:
+        raise UsageError("%s was given an empty path (an unset shell variable?)" % option)
+    if os.path.isdir(path):
+        raise UsageError("%s %s: is a folder; name a file in it" % (option, path))
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UsageError("%s %s: folder %s does not exist or is not writable" % (option, path, folder))
+
+
+def same_file(a, b):
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet: then only the real paths could tell
+        return False
+
+
+def bundle_file(path):
+    """The bundle's name of the file at path where it is one of the bundle's files (one that git
+    tracks under the bundle's folder, or one of the parts it ships), else None."""
+    real = os.path.realpath(path)
+    rel = os.path.relpath(real, ROOT)
+    if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        return None
+    if rel.split(os.sep)[0] in BUNDLE_PARTS and os.path.isfile(real):
+        return rel
+    return rel if tracked_by_git(rel) else None
+
+
+def tracked_by_git(rel):
+    # GIT_DIR and the like, as `git bisect run` may leave them, name another repository
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    try:
+        proc = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--", ":(literal)" + rel],
+                              capture_output=True, env=env, timeout=60)
+    except (OSError, subprocess.SubprocessError):  # no git here: the parts alone say it
+        return False
+    return proc.returncode == 0 and proc.stdout != b""
+
+
+def replace_atomically(path, write):
+    """write(target) writes the file; target is a temporary file in path's real folder, which then
+    takes path's place (os.replace), so that an interrupted or failed write leaves the old file.
+    Its name keeps path's extension, from which matplotlib takes the format. A path that is no
+    regular file (/dev/stdout, a FIFO) cannot be replaced, and is written in place."""
+    real = os.path.realpath(path)
+    if os.path.exists(real) and not os.path.isfile(real):
+        return write(path)
+    folder, name = os.path.split(real)
+    fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp" + os.path.splitext(name)[1], dir=folder)
+    os.close(fd)
+    try:
+        os.chmod(tmp, mode_of(real))
+        result = write(tmp)
+        os.replace(tmp, real)
+        return result
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def mode_of(real):
+    """The old file's permissions, or those that open() would have given a new one."""
+    try:
+        return os.stat(real).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def write_text(path, text, option):
+    def write(target):
+        with open(target, "w") as fh:
+            fh.write(text)
+    try:
+        replace_atomically(path, write)
+    except OSError as e:
+        raise OutputError("cannot write %s %s: %s" % (option, path, e.strerror or e))
