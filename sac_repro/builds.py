@@ -1,14 +1,25 @@
 """Torch builds under test, for bisect_torch.py: where their wheels are (PyPI, PyTorch's per-variant
 and nightly indexes, a local folder), a checked wheel, and a cached virtual environment for each.
 
+A build is known by its wheel's sha256 (from the index's link where it gives one, else from the
+file): the environment is named after it and records it, so that a wheel of the same name from
+another index, or rebuilt, is never taken for one already installed. Installs hold the cache's lock
+shared, a prune holds it exclusive; a process holds the lock of each environment it uses, shared,
+so that a prune leaves it.
+
 Environments are installed with uv where it is there (one store of downloaded and unpacked
 packages under the cache, hard-linked into every environment: a package several torches need is
 downloaded once and stored once), else with pip and one shared wheel cache (downloaded once,
 unpacked into each environment). Nothing here installs into the Python that runs it. Stdlib only.
 """
+import collections
 import datetime
+import errno
+import fcntl
+import hashlib
 import html
 import http.client
+import json
 import os
 import re
 import shutil
@@ -24,12 +35,16 @@ import zipfile
 from .exits import end_group, UsageError
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
+# Where a release "from PyPI" is found: its simple index gives each file's sha256 in the link
+PYPI = "https://pypi.org/simple"
 GB = 1e9
 # Free space an install needs, where the wheels' own sizes are not known beforehand: the largest
 # environment measured (PyPI's CUDA build of torch 2.10.0, 6.9 GB) with a margin; a CPU build
 # from PyTorch's index is about 1 GB installed.
 NEEDS = {"cuda": 8 * GB, "cpu": 1.5 * GB}
 LAST_USED = ".last-used"
+RECORD = ".sac-build.json"  # what an environment holds: the wheel, its sha256, index, torch and commit
+LEFTOVERS = (".partial", ".removing")  # an install or a removal under way, or cut short: never an environment
 
 
 class Untestable(Exception):
@@ -60,6 +75,43 @@ def venvs_dir(cache):
 
 def venv_python(path):
     return os.path.join(path, "bin", "python")
+
+
+HELD = {}  # lock file -> its descriptor: one per file in this process, as flock's are per descriptor
+
+
+def lock(path, exclusive, waiting=None, wait=True):
+    """Takes an flock on `path` (made if need be), kept until unlock() or the process ends; says
+    `waiting` first where it must wait. With wait False: False where it would have to."""
+    fd = HELD.get(path)
+    if fd is None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = HELD[path] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if not wait:
+            return False
+        if waiting:
+            say(waiting)
+        fcntl.flock(fd, mode)
+    return True
+
+
+def unlock(path):
+    fd = HELD.pop(path, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def cache_lock(cache):
+    return os.path.join(cache, "lock")
+
+
+def env_lock(cache, name):
+    # beside the environments, never inside one: it outlives the environment's renames
+    return os.path.join(cache, "locks", name)
 
 
 # --------------------------------------------------------------------------- indexes
@@ -242,6 +294,131 @@ def release_versions(index):
     return sorted(out, key=version_key)
 
 
+# --------------------------------------------------------------------------- the build: a wheel and its sha256
+Build = collections.namedtuple("Build", "wheel version sha256 link file index")
+# wheel: its file name; link: its path or URL on the index; file: a copy on disk to read and install
+# from (None: the installer downloads the link); index: absolute, None for PyPI
+
+
+def wheel_build(name, link, index, cache):
+    """The build a wheel of an index is: its sha256 from the index's link where the index gives one
+    (PyPI's and PyTorch's do), else from the file, a folder's or one downloaded into the cache."""
+    index = index if index is None or is_url(index) else os.path.abspath(index)
+    version = wheel_parts(name)[0]
+    if not is_url(link):
+        return Build(name, version, file_sha256(link, cache), os.path.abspath(link), os.path.abspath(link), index)
+    sha = link_hashes(index or PYPI).get(name)
+    if sha:
+        return Build(name, version, sha, link, None, index)
+    path, sha = download(link, name, cache)
+    return Build(name, version, sha, link, path, index)
+
+
+def release_build(index, version, cache):
+    """The wheel of a release for this Python on Linux x86_64, on a folder, an index URL or PyPI."""
+    where = index or PYPI
+    wheels = torch_wheel_files(where)
+    names = sorted(n for n in wheels if wheel_parts(n) and wheel_parts(n)[0].split("+")[0] == version
+                   and runs_here(*wheel_parts(n)[1:]))
+    if not names:
+        raise Untestable("no torch %s wheel for %s on Linux x86_64 on %s" % (version, python_tag(), describe(index)))
+    if len(names) > 1:
+        say("several wheels of torch %s; taking %s over %s" % (version, names[0], ", ".join(names[1:])))
+    return wheel_build(names[0], wheels[names[0]], index, cache)
+
+
+def link_hashes(index):
+    """{file name: sha256} of the torch wheels whose link on an index URL's page carries `#sha256=`."""
+    url = index.rstrip("/") + "/torch/"
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            page = resp.read().decode("utf-8", "replace")
+    except Exception as e:
+        raise Untestable("could not read the index %s: %s" % (url, e))
+    return {urllib.parse.unquote(html.unescape(href).rsplit("/", 1)[-1]): sha.lower()
+            for href, sha in re.findall(r'href="([^"#]+\.whl)#sha256=([0-9a-fA-F]{64})"', page)}
+
+
+def file_sha256(path, cache):
+    """A wheel file's sha256, kept in the cache by path, size, times and inode: a cached step does
+    not read a multi-GB wheel again, and a wheel rebuilt in place is read again."""
+    st = os.stat(path)
+    key, stamp = os.path.realpath(path), [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    memo_path = os.path.join(cache, "hashes.json")
+    memo = read_json(memo_path) or {}
+    if memo.get(key, [None])[:-1] == stamp:
+        return memo[key][-1]
+    memo[key] = stamp + [sha256_of(path)]
+    write_json(memo_path, {k: v for k, v in memo.items() if os.path.exists(k)})
+    return memo[key][-1]
+
+
+def sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_json(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path, data):
+    """Whole or not at all: a reader never sees half a file."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = "%s.%d" % (path, os.getpid())
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def download(url, name, cache):
+    """A wheel whose index gives no hash, fetched into the cache to be hashed, read and installed
+    from; removed once installed (drop_download). Returns (path, sha256)."""
+    folder = os.path.join(downloads_dir(cache), str(os.getpid()))
+    path, digest = os.path.join(folder, name), hashlib.sha256()
+    os.makedirs(folder, exist_ok=True)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp, open(path, "wb") as out:
+            size = int(resp.headers.get("Content-Length") or 0)
+            check_free_space(cache, 3 * size + 0.3 * GB, name)
+            for chunk in iter(lambda: resp.read(1 << 20), b""):
+                digest.update(chunk)
+                out.write(chunk)
+    except BaseException as e:
+        shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in CACHE_ERRORS:
+            raise UsageError("cannot write %s under %s (%s): free some space (bisect_torch.py cache --prune) "
+                             "or pass --cache elsewhere" % (name, cache, e.strerror))
+        if isinstance(e, (OSError, http.client.HTTPException)):  # the network's, or the index's
+            raise Untestable("could not download %s: %s" % (url, e), name)
+        raise
+    return path, digest.hexdigest()
+
+
+CACHE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS)
+
+
+def downloads_dir(cache):
+    return os.path.join(cache, "downloads")
+
+
+def drop_download(build, cache):
+    if build.file and inside(downloads_dir(cache), build.file):
+        shutil.rmtree(os.path.dirname(build.file), ignore_errors=True)
+
+
+def env_name(build):
+    """torch-VERSION-<the first 16 hex of its sha256>: nothing cut short that tells builds apart."""
+    return "torch-%s-%s" % (build.version, build.sha256[:16])
+
+
 # --------------------------------------------------------------------------- the wheel's commit
 GIT_VERSION = re.compile(r"""^git_version\s*=\s*['"]([0-9a-fA-F]+|Unknown)['"]""", re.M)
 
@@ -317,20 +494,87 @@ def check_free_space(cache, needed, what):
                              what, needed / GB, cache, free / GB))
 
 
-def ensure_venv(name, requirement, index, cache, installer, needed, pre=False):
-    """A cached virtual environment holding one torch; returns its python. Built under
-    NAME.partial and renamed when complete, so an interrupted install never leaves a half-built
-    environment to be reused; a signal ends the installer and removes NAME.partial."""
-    root = venvs_dir(cache)
-    final, partial = os.path.join(root, name), os.path.join(root, name + ".partial")
-    if os.path.exists(venv_python(final)):
-        touch(final)
-        return venv_python(final)
-    os.makedirs(root, exist_ok=True)
-    shutil.rmtree(partial, ignore_errors=True)
-    check_free_space(cache, needed, requirement)
+def ensure_venv(build, cache, installer, needed, pre=False):
+    """The cached environment of one build; returns its python. Reused only where it is whole and
+    holds this very wheel, else removed and built again. Held in use (its lock, shared) until this
+    process ends, so that a prune leaves it."""
+    name = env_name(build)
+    final = os.path.join(venvs_dir(cache), name)
+    try:
+        lock(env_lock(cache, name), False, "waiting for another process installing or removing %s" % name)
+        if unusable(final, build):
+            build_venv(build, final, cache, installer, needed, pre)
+    finally:
+        drop_download(build, cache)
+    touch(final)
+    return venv_python(final)
+
+
+def unusable(path, build):
+    """Why an environment cannot be taken for this build (None: it can): something missing, another
+    wheel's sha256 in its record, another commit in its site-packages than the recorded one, or a
+    Python that no longer runs, or is another version than its torch's."""
+    if not os.path.lexists(path):
+        return "absent"
+    if not os.path.exists(os.path.join(path, "pyvenv.cfg")):
+        return "has no pyvenv.cfg"
+    record = read_json(os.path.join(path, RECORD))
+    if not isinstance(record, dict):
+        return "has no build record (%s)" % RECORD
+    if record.get("sha256") != build.sha256:
+        return "holds another wheel (sha256 %s)" % record.get("sha256")
+    if installed_torch_version(path) is None:
+        return "has no torch in its site-packages"
+    if installed_git_version(path) != record.get("git_version"):
+        return "holds torch of commit %s, not the recorded %s" % (installed_git_version(path), record.get("git_version"))
+    if not runs_its_python(path):
+        return "has a Python that does not run, or is not the one its torch was installed for"
+    return None
+
+
+def runs_its_python(path):
+    """Whether the environment's Python starts (bare: milliseconds) and is the version whose
+    site-packages holds torch."""
+    try:
+        proc = subprocess.run([venv_python(path), "-I", "-S", "-c", "import sys; print('python%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and os.path.exists(
+        os.path.join(path, "lib", proc.stdout.strip(), "site-packages", "torch", "version.py"))
+
+
+def build_venv(build, final, cache, installer, needed, pre):
+    """Installs a build under the cache's lock, shared (installs of other builds go on at once, a
+    prune waits for them), and its own, exclusive (a second install of it waits, then reuses it)."""
+    name = os.path.basename(final)
+    own = env_lock(cache, name)
+    lock(cache_lock(cache), False, "waiting for a prune of %s to end" % cache)
+    try:
+        lock(own, True, "waiting for another install of %s" % name)
+        try:
+            why = unusable(final, build)  # another install of it may have ended meanwhile
+            if why and os.path.lexists(final):
+                say("the environment %s %s: removing it and installing it again" % (name, why))
+                discard(final)
+            if why:
+                install(build, final, cache, installer, needed, pre)
+        finally:
+            lock(own, False)  # in use from here on
+    finally:
+        unlock(cache_lock(cache))
+
+
+def install(build, final, cache, installer, needed, pre):
+    """Built under NAME.partial and renamed when complete, so an interrupted install never leaves a
+    half-built environment to be reused; a signal ends the installer and removes NAME.partial."""
+    partial = final + ".partial"
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    shutil.rmtree(partial, ignore_errors=True)  # cut short before: no install of it runs (its lock)
+    check_free_space(cache, needed, build.wheel)
     kind, uv = choose_installer(installer)
-    say("installing %s from %s with %s into %s (%s)" % (requirement, describe(index), kind, final, size_hint(needed)))
+    say("installing %s from %s with %s into %s (%s)" % (build.wheel, describe(build.index), kind, final,
+                                                         size_hint(needed)))
     proc = None
     try:
         pip = new_venv(partial)
@@ -338,7 +582,7 @@ def ensure_venv(name, requirement, index, cache, installer, needed, pre=False):
             cmd = [uv, "pip", "install", "--python", venv_python(partial), "--cache-dir", os.path.join(cache, "uv")]
         else:
             cmd = pip + ["install", "--disable-pip-version-check", "--cache-dir", os.path.join(cache, "pip")]
-        cmd += ["-q"] + install_args(index, pre) + [requirement]
+        cmd += ["-q"] + install_args(build.index, pre) + [requirement(build)]
         # A session of its own, ended as a whole on a signal, whatever the installer has started
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
@@ -352,19 +596,29 @@ def ensure_venv(name, requirement, index, cache, installer, needed, pre=False):
                 next_note = time.time()
                 store = os.path.join(cache, kind)  # uv unpacks into its store, then links
                 say("  still installing %s: %.1f GB in the environment and the %s store so far, %ds" % (
-                    requirement, (du_bytes(partial) + du_bytes(store)) / GB, kind, next_note - started))
+                    build.wheel, (du_bytes(partial) + du_bytes(store)) / GB, kind, next_note - started))
         reader.join(5)
         if proc.returncode != 0:
             tail = "".join(l for l in output if "WARNING: Location" not in l)[-1500:]
-            raise Untestable("%s could not install %s:\n%s" % (kind, requirement, tail.rstrip()))
+            raise Untestable("%s could not install %s:\n%s" % (kind, build.wheel, tail.rstrip()))
+        write_record(partial, build)
         os.rename(partial, final)
-        touch(final)
     except BaseException:
         if proc is not None and proc.poll() is None:
             end_group(proc)
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    return venv_python(final)
+
+
+def requirement(build):
+    """That one wheel: its file, or its link with the sha256, which pip and uv check."""
+    return build.file or "torch @ %s#sha256=%s" % (build.link, build.sha256)
+
+
+def write_record(path, build):
+    write_json(os.path.join(path, RECORD), {
+        "wheel": build.wheel, "sha256": build.sha256, "index": build.index or PYPI, "link": build.link,
+        "torch": installed_torch_version(path), "git_version": installed_git_version(path)})
 
 
 def size_hint(needed):
@@ -383,18 +637,37 @@ def needed_bytes(wheel_path=None, variant=None, index=None):
 
 def new_venv(path):
     """Makes a virtual environment as `python3 -m venv` makes one, pip included (and on Python 3.11
-    setuptools, which torch 2.5's Inductor imports); returns the pip command that installs into it."""
-    venv = subprocess.run([sys.executable, "-m", "venv", path], capture_output=True, text=True)
-    if venv.returncode != 0:
+    setuptools, which torch 2.5's Inductor imports); returns the pip command that installs into it.
+    In a session of its own, ended as a whole on a signal: venv runs ensurepip as a child."""
+    proc = subprocess.Popen([sys.executable, "-m", "venv", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        end_group(proc)
+        raise
+    if proc.returncode != 0:
         raise UsageError("%s -m venv failed, and each torch under test needs its own virtual "
                          "environment: on Debian or Ubuntu, install python3-venv (%s)" % (
-                             sys.executable, " ".join(venv.stdout.split() + venv.stderr.split())[-200:]))
+                             sys.executable, " ".join(out.split() + err.split())[-200:]))
     return [venv_python(path), "-m", "pip"]
 
 
 def remove_venv(python):
     """A rejected environment goes: it would stay in the cache for good."""
-    shutil.rmtree(os.path.dirname(os.path.dirname(python)), ignore_errors=True)
+    discard(os.path.dirname(os.path.dirname(python)))
+
+
+def discard(path):
+    """Renamed out of the way first (NAME.removing is never taken for an environment), then
+    deleted: a removal cut short leaves nothing that looks whole."""
+    if os.path.islink(path):
+        os.unlink(path)
+        return
+    gone = path + ".removing"
+    shutil.rmtree(gone, ignore_errors=True)
+    os.rename(path, gone)
+    shutil.rmtree(gone)
 
 
 def touch(folder):
@@ -424,7 +697,7 @@ def disk_usage(cache):
     files that no environment links, bytes of the whole cache): each file counted once, whatever
     links to it, as the disk holds it."""
     owners, sizes = {}, {}
-    for name, path, _, _, _ in environments(cache):
+    for name, path, *_ in environments(cache):
         for dirpath, _, files in os.walk(path):
             for f in files:
                 st = os.lstat(os.path.join(dirpath, f))
@@ -447,16 +720,22 @@ def disk_usage(cache):
 
 
 def environments(cache):
-    """[(name, path, torch version, git version, last use)] of the cache's environments."""
+    """[(name, path, torch version, git version, last use, its build record or {})] of the cache's
+    environments: never one being built or removed."""
     root = venvs_dir(cache)
     out = []
-    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    for name in listing(root):
         path = os.path.join(root, name)
-        if os.path.islink(path) or not os.path.isdir(path):
+        if os.path.islink(path) or not os.path.isdir(path) or name.endswith(LEFTOVERS):
             continue
         stamp = os.path.join(path, LAST_USED)
-        used = os.path.getmtime(stamp if os.path.exists(stamp) else path)
-        out.append((name, path, installed_torch_version(path), installed_git_version(path), used))
+        try:
+            used = os.path.getmtime(stamp if os.path.exists(stamp) else path)
+        except FileNotFoundError:  # removed by a prune meanwhile
+            continue
+        record = read_json(os.path.join(path, RECORD))
+        out.append((name, path, installed_torch_version(path), installed_git_version(path), used,
+                    record if isinstance(record, dict) else {}))
     return out
 
 
@@ -467,20 +746,60 @@ def inside(root, path):
 
 def prune(cache, keep=None, older_than_days=None, now=None):
     """Removes environments (the least recently used beyond `keep`, or those unused for longer than
-    `older_than_days`), then the store's unpacked packages that no environment links any more.
-    Never anything outside the cache. Returns the names removed."""
+    `older_than_days`), what installs and removals cut short left, then the store's unpacked packages
+    that no environment links any more. Waits for the installs under way (the cache's lock,
+    exclusive), and leaves an environment that a process uses. Never anything outside the cache.
+    Returns the names removed."""
     now = time.time() if now is None else now
-    envs = sorted(environments(cache), key=lambda e: -e[4])
-    doomed = []
-    for i, (name, path, _, _, used) in enumerate(envs):
-        if (keep is not None and i >= keep) or (older_than_days is not None and now - used > older_than_days * 86400):
-            doomed.append((name, path))
-    for name, path in doomed:
-        if not inside(venvs_dir(cache), path):
-            raise UsageError("refusing to remove %s: not inside the cache %s" % (path, cache))
-        shutil.rmtree(path)
-    prune_store(cache)
-    return [name for name, _ in doomed]
+    lock(cache_lock(cache), True, "waiting for the installs under way in %s to end" % cache)
+    try:
+        envs = sorted(environments(cache), key=lambda e: -e[4])
+        doomed = [(name, path) for i, (name, path, _, _, used, _) in enumerate(envs)
+                  if (keep is not None and i >= keep) or (older_than_days is not None and now - used > older_than_days * 86400)]
+        removed = [name for name, path in doomed if remove_unused(cache, name, path)]
+        remove_leftovers(cache)
+        prune_store(cache)
+    finally:
+        unlock(cache_lock(cache))
+    return removed
+
+
+def remove_unused(cache, name, path):
+    if not inside(venvs_dir(cache), path):
+        raise UsageError("refusing to remove %s: not inside the cache %s" % (path, cache))
+    if not lock(env_lock(cache, name), True, wait=False):
+        say("keeping %s: in use by another process" % name)
+        return False
+    try:
+        discard(path)
+    finally:
+        unlock(env_lock(cache, name))
+    return True
+
+
+def remove_leftovers(cache):
+    """NAME.partial and NAME.removing, and the downloads of processes that are gone: with the cache's
+    lock held exclusive no install is under way, so these were cut short."""
+    root, downloads = venvs_dir(cache), downloads_dir(cache)
+    found = [os.path.join(root, e) for e in listing(root) if e.endswith(LEFTOVERS)]
+    found += [os.path.join(downloads, e) for e in listing(downloads) if not alive(e)]
+    for path in found:
+        if os.path.isdir(path) and not os.path.islink(path) and inside(cache, path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def listing(folder):
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def alive(pid):
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
 
 
 def prune_store(cache):

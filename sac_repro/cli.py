@@ -45,6 +45,19 @@ class Parser(argparse.ArgumentParser):
                 raise OutputError("cannot write the help: %s" % (getattr(e, "strerror", None) or e))
 
 
+def whole_number(least):
+    """An argparse type: a whole number >= least, else a usage error naming what was given."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("not a whole number: %r" % text)
+        if value < least:
+            raise argparse.ArgumentTypeError("must be %d or more, got %r" % (least, text))
+        return value
+    return parse
+
+
 def positive_float(text):
     try:
         value = float(text)

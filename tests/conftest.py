@@ -107,8 +107,8 @@ def release_python():
     from sac_repro import builds
 
     def get(version):
-        return builds.ensure_venv("torch-%s" % version, "torch==%s" % version, None, builds.cache_dir(None),
-                                  "auto", builds.needed_bytes())
+        cache = builds.cache_dir(None)
+        return builds.ensure_venv(builds.release_build(None, version, cache), cache, "auto", builds.needed_bytes())
     return get
 
 

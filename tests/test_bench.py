@@ -128,7 +128,10 @@ def test_an_arrangement_that_differs_from_eager_cannot_be_measured(monkeypatch):
     (["--json", ""], "--json was given an empty path"),
     (["--plot", "b.pdf"], "name a .png or .svg file"),
     (["--tolerance", "nan"], "must be a finite number > 0"),
-    (["--iters", "many"], "invalid int value"),
+    (["--iters", "many"], "not a whole number: 'many'"),
+    (["--iters", "0"], "--iters: must be 1 or more, got '0'"),
+    (["--hidden", "-64"], "--hidden: must be 1 or more"),
+    (["--warmup", "-1"], "--warmup: must be 0 or more"),
 ])
 def test_bench_usage_errors_come_before_any_work(monkeypatch, no_work, args, says):
     rc, stdout, stderr = bench(monkeypatch, "--device", "cpu", "--small", *args)

@@ -63,14 +63,15 @@ def folder(tmp_path):
     return tmp_path / "idx"
 
 
-def stop_at_install(monkeypatch):
-    """The installer is asked for nothing: the environment it was asked for is recorded, and the
-    build ends there as untestable."""
+def stop_at_install(monkeypatch, cache):
+    """The installer is asked for nothing: the wheel it was asked to install is recorded, and the
+    build ends there as untestable. What comes before it (the wheel's hash) is kept in `cache`."""
     asked = []
+    monkeypatch.setenv("SAC_REPRO_CACHE", str(cache))
 
-    def ensure_venv(name, *a, **k):
-        asked.append(name)
-        raise builds.Untestable("stopped before the install of %s" % name)
+    def ensure_venv(build, *a, **k):
+        asked.append(build.wheel)
+        raise builds.Untestable("stopped before the install of %s" % build.wheel)
     monkeypatch.setattr(builds, "ensure_venv", ensure_venv)
     return asked
 
@@ -173,7 +174,7 @@ def test_every_command_reads_a_date_as_the_oracle_does(text):
 
 
 def test_today_and_latest_are_taken(monkeypatch, folder):
-    asked = stop_at_install(monkeypatch)
+    asked = stop_at_install(monkeypatch, folder.parent / "cache")
     wheel_file(str(folder), nightly_name(TODAY.isoformat()))
     assert main("nightly", TODAY.isoformat(), "--index", folder)[0] == 125
     assert asked and "dev%s" % TODAY.strftime("%Y%m%d") in asked[-1]
@@ -259,10 +260,10 @@ def test_a_malformed_index_url_is_a_usage_error(folder, index):
 def test_a_file_url_index_is_its_folder(monkeypatch, folder):
     """As the folder itself: the wheel is found, checked before the install, and installed from
     the folder (today: 125 on every step)."""
-    asked = stop_at_install(monkeypatch)
+    asked = stop_at_install(monkeypatch, folder.parent / "cache")
     rc, out, err = main("nightly", "2025-09-07", "--index", "file://" + urllib.parse.quote(str(folder)))
     assert rc == 125 and "stopped before the install" in out, (out, err)
-    assert asked == [nightly_name("2025-09-07")[:-4]]
+    assert asked == [nightly_name("2025-09-07")]
 
 
 def test_an_index_that_cannot_be_reached_aborts_naming_why():
@@ -288,7 +289,7 @@ def test_a_reachable_index_without_torch_aborts(tmp_path):
 def test_a_percent_encoded_wheel_name_must_be_renamed(monkeypatch, tmp_path, command):
     """As a browser or wget saves a wheel: `%2B` for `+`. uv (0.13.9) and pip (26.2.1) ignore such a
     file in --find-links (pip 23.2.1 reads it), so it is named with what to rename it to."""
-    stop_at_install(monkeypatch)
+    stop_at_install(monkeypatch, tmp_path / "cache")
     for name in (nightly_name("2025-09-07"), "torch-2.9.1+cpu-%s-%s-linux_x86_64.whl" % (PYTAG, PYTAG),
                  "torch-2.12.0+cpu-%s-%s-linux_x86_64.whl" % (PYTAG, PYTAG)):
         wheel_file(str(tmp_path), name.replace("+", "%2B"))
@@ -311,9 +312,9 @@ def test_latest_is_the_newest_date_with_a_wheel_for_this_python_and_platform(mon
                  nightly_name("2025-09-08", plat="manylinux_2_28_aarch64")):
         wheel_file(str(tmp_path), name)
     assert builds.latest_date(builds.torch_wheel_files(str(tmp_path))) == "2025-09-07"
-    asked = stop_at_install(monkeypatch)
+    asked = stop_at_install(monkeypatch, tmp_path / "cache")
     assert main("nightly", "latest", "--index", tmp_path)[0] == 125
-    assert asked == [nightly_name("2025-09-07")[:-4]]
+    assert asked == [nightly_name("2025-09-07")]
 
 
 # ----------------------------------------------------------------------------- exit codes

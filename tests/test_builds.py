@@ -2,15 +2,20 @@
 wheel checked before the work, free space checked before an install, uv's shared store or pip's
 shared wheel cache, and a cache that can be listed and pruned. Stub wheels (see test_bisect.py)
 stand in for torch builds; each loads this environment's real torch."""
+import hashlib
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from wheels import BISECT, bisect, make_index, nightly_repo, PYTAG, serve_index
+from wheels import (BISECT, bisect, build_stub_wheel, children_of, make_index, nightly_repo, PYTAG, serve_index,
+                    sha256_of, slow_venv)
 
 
 @pytest.mark.parametrize("layout, installer", [("flat", "uv"), ("pep503", "pip")])
@@ -89,7 +94,8 @@ def test_the_cache_lists_and_prunes_only_its_own_environments(tmp_path):
     outside.mkdir()
     (outside / "keep.txt").write_text("not the cache's")
     os.symlink(outside, cache / "venvs" / "a-link-out")
-    old = cache / "venvs" / ("torch-2.10.0.dev20250906+cpu-%s-%s-linux_x86_64" % (PYTAG, PYTAG))
+    (old,) = (cache / "venvs").glob("torch-2.10.0.dev20250906+cpu-*")
+    (new,) = (cache / "venvs").glob("torch-2.10.0.dev20250907+cpu-*")
     os.utime(old / ".last-used", (time.time() - 10 * 86400,) * 2)
     rc, out = bisect("cache", cache=cache)
     assert rc == 0, out
@@ -97,7 +103,7 @@ def test_the_cache_lists_and_prunes_only_its_own_environments(tmp_path):
     assert "total on disk:" in out
     rc, out = bisect("cache", "--prune", "--older-than", "5", cache=cache)
     assert rc == 0 and "removed 1 environment: torch-2.10.0.dev20250906" in out, out
-    assert not old.exists() and (cache / "venvs" / ("torch-2.10.0.dev20250907+cpu-%s-%s-linux_x86_64" % (PYTAG, PYTAG))).exists()
+    assert not old.exists() and new.exists()
     rc, out = bisect("cache", "--prune", "--keep", "0", cache=cache)
     assert rc == 0 and "removed 1 environment" in out, out
     assert (outside / "keep.txt").read_text() == "not the cache's"  # never followed out
@@ -113,6 +119,175 @@ def test_release_indexes_for_variants():
     assert builds.release_index("cu128", "/my/index") == "/my/index"
     assert builds.nightly_index(None, None) == "https://download.pytorch.org/whl/nightly/cpu"
     assert builds.nightly_index("cu128", None) == "https://download.pytorch.org/whl/nightly/cu128"
+
+
+# ----------------------------------------------------------- a build is known by its content
+def judged(out):
+    """(verdict, git hash) of a build's line: `torch VERSION VERDICT (git HASH) exit N; ...`."""
+    m = re.search(r"^torch \S+ +(\w+) +\(git (\w+)\)", out, re.M)
+    return m.groups() if m else None
+
+
+def test_one_release_from_two_folders_of_one_name_is_two_builds(tmp_path):
+    """`--index wheels` from two folders whose 2.9.1 wheels differ: each gets its own environment
+    and its own verdict, and the listing says which wheel and which index each holds."""
+    cache = tmp_path / "cache"
+    wheels = {}
+    for where, behaviour, sha in (("a", "broken", "d" * 40), ("b", "fixed", "e" * 40)):
+        folder = tmp_path / where / "wheels"
+        folder.mkdir(parents=True)
+        wheels[where] = folder / build_stub_wheel(str(folder), None, behaviour, sha, version="2.9.1+cpu")
+    rc, out = bisect("matrix", "2.9.1", "--index", "wheels", cache=cache, cwd=tmp_path / "a")
+    assert rc < 128 and judged(out) == ("reproduced", "dddddddddddd"), out
+    rc, out = bisect("matrix", "2.9.1", "--index", "wheels", cache=cache, cwd=tmp_path / "b")
+    assert rc < 128 and judged(out) == ("not_reproduced", "eeeeeeeeeeee"), out
+    rc, out = bisect("cache", cache=cache)
+    assert rc == 0, out
+    for where, sha in (("a", "d" * 40), ("b", "e" * 40)):
+        line = next((l for l in out.splitlines() if sha256_of(wheels[where]) in l), "")
+        assert sha in line and str(wheels[where].parent) in line and wheels[where].name in line, out
+
+
+def test_same_named_nightlies_of_two_commits_from_two_indexes_are_two_builds(tmp_path):
+    """One wheel name in a folder and on an index over HTTP, of two commits that behave apart:
+    two verdicts. The first wheel again, from an index that gives no hashes (so it is downloaded
+    and hashed), is the first build: reused, and the download is not kept."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    name = build_stub_wheel(str(one), "07", "fixed", "b" * 40)
+    assert build_stub_wheel(str(two), "07", "broken", "9" * 40) == name
+    cache = tmp_path / "cache"
+    rc, out = bisect("nightly", "2025-09-07", "--index", str(one), cache=cache)
+    assert rc == 0 and judged(out) == ("not_reproduced", "bbbbbbbbbbbb"), out
+    with serve_index(two) as url:
+        rc, out = bisect("nightly", "2025-09-07", "--index", url, cache=cache)
+    assert rc == 1 and judged(out) == ("reproduced", "999999999999"), out
+    with serve_index(one, hashes=False) as url:
+        rc, out = bisect("nightly", "2025-09-07", "--index", url, cache=cache)
+    assert rc == 0 and judged(out) == ("not_reproduced", "bbbbbbbbbbbb") and "installing" not in out, out
+    assert len(list((cache / "venvs").iterdir())) == 2
+    assert not [f for _, _, files in os.walk(cache / "downloads") for f in files]
+
+
+def test_a_wheel_rebuilt_under_its_name_and_commit_is_installed_again(tmp_path):
+    index = tmp_path / "index"
+    index.mkdir()
+    build_stub_wheel(str(index), "07", "fixed", "b" * 40)
+    cache = tmp_path / "cache"
+    rc, out = bisect("nightly", "2025-09-07", "--index", str(index), cache=cache)
+    assert rc == 0, out
+    build_stub_wheel(str(index), "07", "broken", "b" * 40, extra="\n# rebuilt\n")
+    rc, out = bisect("nightly", "2025-09-07", "--index", str(index), cache=cache)
+    assert rc == 1 and "installing" in out and judged(out) == ("reproduced", "bbbbbbbbbbbb"), out
+
+
+@pytest.mark.unit
+def test_a_folder_wheels_hash_is_read_once_until_the_file_changes(tmp_path, monkeypatch):
+    """A cached step must not read a multi-GB wheel again: its hash is kept by path, size and times."""
+    from sac_repro import builds
+    wheel, cache = tmp_path / "w.whl", str(tmp_path / "cache")
+    wheel.write_bytes(b"one")
+    assert builds.file_sha256(str(wheel), cache) == hashlib.sha256(b"one").hexdigest()
+    reads, real = [], builds.sha256_of
+    monkeypatch.setattr(builds, "sha256_of", lambda path: reads.append(path) or real(path))
+    assert builds.file_sha256(str(wheel), cache) == hashlib.sha256(b"one").hexdigest() and reads == []
+    wheel.write_bytes(b"two!")
+    assert builds.file_sha256(str(wheel), cache) == hashlib.sha256(b"two!").hexdigest() and len(reads) == 1
+
+
+# ----------------------------------------------------------- interruptions and concurrency
+def test_a_prune_never_counts_or_keeps_a_half_built_environment(tmp_path):
+    index = make_index(tmp_path / "index", "flat")
+    cache = tmp_path / "cache"
+    assert bisect("nightly", "2025-09-07", "--index", str(index), cache=cache)[0] == 0
+    venvs = cache / "venvs"
+    (complete,) = list(venvs.iterdir())
+    os.utime(complete / ".last-used", (time.time() - 3600,) * 2)
+    # what a killed install and a killed prune leave, both newer than the complete one
+    (venvs / "torch-2.10.0.dev20250906+cpu-0123456789abcdef.partial" / "bin").mkdir(parents=True)
+    (venvs / (complete.name + ".removing") / "bin").mkdir(parents=True)
+    rc, out = bisect("cache", cache=cache)
+    assert rc == 0 and ".partial" not in out and ".removing" not in out, out
+    rc, out = bisect("cache", "--prune", "--keep", "1", cache=cache)
+    assert rc == 0 and "removed 0 environments" in out, out
+    assert [p.name for p in venvs.iterdir()] == [complete.name]  # the stale ones went, the complete one stayed
+
+
+def test_a_prune_waits_for_an_install_and_leaves_an_environment_in_use(tmp_path):
+    """A prune while another process installs (its download held open): the prune says it waits,
+    the install ends and its repro runs, and the prune keeps the environment that is in use."""
+    wheels = make_index(tmp_path / "wheels", "flat")
+    cache = tmp_path / "cache"
+    hold, asked = threading.Event(), threading.Event()
+    with serve_index(wheels, hold=hold, asked=asked, refuse=False) as url:
+        install = subprocess.Popen([sys.executable, BISECT, "nightly", "2025-09-06", "--installer", "pip", "--index",
+                                    url, "--cache", str(cache)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+        prune = None
+        try:
+            assert asked.wait(300), "pip never asked for the wheel"
+            prune = subprocess.Popen([sys.executable, BISECT, "cache", "--prune", "--keep", "0", "--cache", str(cache)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            said = []
+            threading.Thread(target=lambda: said.extend(prune.stdout), daemon=True).start()
+            deadline = time.time() + 60
+            while not said and time.time() < deadline:
+                time.sleep(0.2)
+            assert said and "waiting" in said[0] and prune.poll() is None, said
+            hold.set()
+            out, _ = install.communicate(timeout=600)
+            prune.wait(600)
+            time.sleep(0.5)
+        finally:
+            for p in (install, prune):
+                if p is not None and p.poll() is None:
+                    p.kill()
+    assert install.returncode == 1 and judged(out) == ("reproduced", "aaaaaaaaaaaa"), out
+    assert prune.returncode == 0 and "in use" in "".join(said) and "removed 0 environments" in "".join(said), said
+    (env,) = list((cache / "venvs").iterdir())
+    assert (env / "pyvenv.cfg").exists() and os.access(env / "bin" / "python", os.X_OK)
+
+
+def test_an_incomplete_environment_is_built_again_and_judged(tmp_path):
+    """No pyvenv.cfg, then a bin/python that points at a Python since removed: each is found out,
+    removed and built again, and the build's verdict is the right one."""
+    index = make_index(tmp_path / "index", "flat")
+    cache = tmp_path / "cache"
+    rc, out = bisect("nightly", "2025-09-06", "--index", str(index), cache=cache)
+    assert rc == 1, out
+    (env,) = list((cache / "venvs").iterdir())
+    (env / "pyvenv.cfg").unlink()
+    rc, out = bisect("nightly", "2025-09-06", "--index", str(index), cache=cache)
+    assert rc == 1 and "no pyvenv.cfg" in out and "installing" in out and judged(out) == ("reproduced", "aaaaaaaaaaaa"), out
+    (env / "bin" / "python").unlink()
+    os.symlink(tmp_path / "a-python-since-removed" / "python3", env / "bin" / "python")
+    rc, out = bisect("nightly", "2025-09-06", "--index", str(index), cache=cache)
+    assert rc == 1 and "does not run" in out and "installing" in out and judged(out) == ("reproduced", "aaaaaaaaaaaa"), out
+    assert [p.name for p in (cache / "venvs").iterdir()] == [env.name]
+
+
+def test_sigterm_while_the_venv_is_made_leaves_no_process_and_no_partial(tmp_path):
+    index = make_index(tmp_path / "index", "flat")
+    cache, started = tmp_path / "cache", tmp_path / "venv-started"
+    env = dict(os.environ, PYTHONPATH=slow_venv(tmp_path / "fake"), SLOW_VENV_STARTED=str(started))
+    proc = subprocess.Popen([sys.executable, BISECT, "nightly", "2025-09-07", "--index", str(index), "--cache", str(cache)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        deadline = time.time() + 120
+        while not (started.exists() and started.read_text()) and time.time() < deadline:
+            time.sleep(0.1)
+        makers = [int(p) for p in started.read_text().split()]
+        assert set(makers) <= set(children_of(proc.pid))
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM and "interrupted by SIGTERM" in out, out
+    time.sleep(4)  # past the moment the venv's own child would write into the environment
+    assert not [p for p in makers if os.path.exists("/proc/%d" % p)], "the venv's processes still run"
+    assert list((cache / "venvs").iterdir()) == []
 
 
 def test_a_file_url_index_installs_as_its_folder(tmp_path):

@@ -49,11 +49,10 @@ for name in sys.argv[1:]:
     runs.append({"module": name, "run": result.testsRun, "ids": names, "not_passed": out})
 print("OUTCOMES " + json.dumps(runs))
 """
-# The 2.10 fix reverted in-process: SAC's dispatch modes stop opting in with
-# ignore_compile_internals(), as on 2.5-2.9.
-REVERT_FIX = ("import torch.utils.checkpoint as _cp\n"
-              "for _mode in (_cp._CachingTorchDispatchMode, _cp._CachedTorchDispatchMode):\n"
-              "    _mode.ignore_compile_internals = classmethod(lambda cls: False)\n")
+# The 2.10 fix reverted in-process, as the bundle ships it for a GPU that has only a fixed torch:
+# SAC's dispatch modes stop opting in with ignore_compile_internals(), as on 2.5-2.9.
+with open(os.path.join(ROOT, "tools", "revert_fix", "sitecustomize.py")) as _fh:
+    REVERT_FIX = _fh.read()
 # The event the CPU matmul count looks for, renamed as a later torch might name it.
 RENAME = ("import torch.autograd.profiler_util as _pu\n"
           "_init = _pu.FunctionEvent.__init__\n"

@@ -101,11 +101,19 @@ def make_index(root, layout):
     return root
 
 
+def sha256_of(path):
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
 class Index(http.server.SimpleHTTPRequestHandler):
-    """A PEP 503 index over HTTP, made from a flat folder of wheels: one page per package, or the
-    folder's PACKAGE/index.html where there is one. With `hold` (an Event), a wheel's download is
-    held open until it is set, then refused; `asked` (an Event) is set when a wheel is asked for."""
+    """A PEP 503 index over HTTP, made from a flat folder of wheels: one page per package, each link
+    with its `#sha256=` as PyTorch's and PyPI's give it (none with `hashes` False), or the folder's
+    PACKAGE/index.html where there is one. With `hold` (an Event), a wheel's download is held open
+    until it is set, then refused (served, with `refuse` False); `asked` (an Event) is set when a
+    wheel is asked for."""
     hold = asked = None
+    hashes = refuse = True
 
     def do_GET(self):
         parts = [p for p in self.path.split("/") if p]
@@ -117,7 +125,9 @@ class Index(http.server.SimpleHTTPRequestHandler):
             else:
                 files = sorted(f for f in os.listdir(self.directory) if f.endswith(".whl") and (
                     f.lower().startswith(parts[0].replace("-", "_") + "-") or f.startswith(parts[0] + "-")))
-                body = "".join('<a href="/files/%s">%s</a>\n' % (f, f) for f in files).encode()
+                body = "".join('<a href="/files/%s%s">%s</a>\n' % (
+                    f, "#sha256=" + sha256_of(os.path.join(self.directory, f)) if self.hashes else "", f)
+                    for f in files).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
             self.send_header("Content-Length", str(len(body)))
@@ -128,8 +138,9 @@ class Index(http.server.SimpleHTTPRequestHandler):
             self.asked.set()
         if self.hold is not None:
             self.hold.wait(120)
-            self.send_error(503)
-            return
+            if self.refuse:
+                self.send_error(503)
+                return
         self.path = "/" + parts[-1]
         super().do_GET()
 
@@ -138,9 +149,9 @@ class Index(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve_index(folder, hold=None, asked=None):
+def serve_index(folder, hold=None, asked=None, hashes=True, refuse=True):
     """The URL of an Index of `folder` on a loopback port, for the `with` block."""
-    handler = type("Held", (Index,), {"hold": hold, "asked": asked})
+    handler = type("Held", (Index,), {"hold": hold, "asked": asked, "hashes": hashes, "refuse": refuse})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **k: handler(*a, directory=str(folder), **k))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -149,6 +160,30 @@ def serve_index(folder, hold=None, asked=None):
         if hold is not None:
             hold.set()
         server.shutdown()
+
+
+SLOW_VENV = """import os, subprocess, sys
+target = sys.argv[-1]
+os.makedirs(target)
+# as ensurepip does, a child of its own that writes into the new environment, late
+late = subprocess.Popen([sys.executable, "-c", "import os, sys, time; time.sleep(2); "
+                         "os.makedirs(os.path.join(sys.argv[1], 'bin'), exist_ok=True); time.sleep(60)", target])
+with open(os.environ["SLOW_VENV_STARTED"], "w") as fh:
+    fh.write("%d %d" % (os.getpid(), late.pid))
+late.wait()
+"""
+
+
+def slow_venv(folder):
+    """A `venv` module, for PYTHONPATH, that makes an environment slowly through a child of its own
+    (ensurepip is one); it writes its pid and the child's to $SLOW_VENV_STARTED once both run.
+    Returns the PYTHONPATH."""
+    os.makedirs(os.path.join(folder, "venv"))
+    with open(os.path.join(folder, "venv", "__init__.py"), "w"):
+        pass
+    with open(os.path.join(folder, "venv", "__main__.py"), "w") as fh:
+        fh.write(SLOW_VENV)
+    return str(folder)
 
 
 # ----------------------------------------------------------- a nightly branch

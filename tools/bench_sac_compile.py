@@ -24,7 +24,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 try:
     from sac_repro import exits, outputs, plot
-    from sac_repro.cli import Parser, positive_float
+    from sac_repro.cli import Parser, positive_float, whole_number
 except Exception as e:  # copied without its package: abort (exits.EXIT_ABORT, unreachable here)
     if __name__ != "__main__":
         raise
@@ -42,11 +42,11 @@ def parse_args(argv):
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--fsdp", action="store_true", help="shard with FSDP2; run with torchrun")
     p.add_argument("--small", action="store_true", help="tiny shapes, float32, few iterations (smoke test)")
-    p.add_argument("--hidden", type=int, default=4096)
-    p.add_argument("--tokens", type=int, default=16384, help="per rank with --fsdp")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--hidden", type=whole_number(1), default=4096)
+    p.add_argument("--tokens", type=whole_number(1), default=16384, help="per rank with --fsdp")
+    p.add_argument("--layers", type=whole_number(1), default=4)
+    p.add_argument("--iters", type=whole_number(1), default=30)
+    p.add_argument("--warmup", type=whole_number(0), default=5)
     p.add_argument("--json", metavar="PATH", help="also write the table as JSON (for --policy-report's cost)")
     p.add_argument("--plot", metavar="PATH", help="also draw the table (.png or .svg; needs matplotlib)")
     p.add_argument("--tolerance", type=positive_float, default=2e-2,

@@ -132,8 +132,9 @@ def nightly_of(rev):
 
 def install_nightly(day, args, expect=None):
     """(day, python, wheel, git version) of the nightly built on `day` (or the latest). With `expect` (the commits a
-    bisect step may be), a wheel of another commit is rejected before the repro runs: from a
-    folder before it is installed, from a URL right after, and its environment removed."""
+    bisect step may be), a wheel of another commit is rejected before the repro runs: before it is
+    installed where the wheel is on disk (a folder, or a URL whose index gives no hash, downloaded
+    first), else right after, and its environment removed."""
     index = builds.nightly_index(args.variant, args.index)
     wheels = builds.torch_wheel_files(index)
     if day == "latest":
@@ -142,16 +143,17 @@ def install_nightly(day, args, expect=None):
     if not found:
         raise Untestable("no torch wheel for %s and %s on %s (nightlies are pruned after about 60 "
                          "days)" % (day, builds.python_tag(), index))
-    wheel, version = found[0]
+    wheel = found[0][0]
     if len(found) > 1:
         say("several wheels for %s; taking %s over %s" % (day, wheel, ", ".join(w for w, _ in found[1:])))
-    local = None if builds.is_url(index) else wheels[wheel]
-    built_from = builds.wheel_git_version(local) if local else None
-    if expect and local and built_from not in expect:
-        raise Untestable(wrong_wheel(built_from, expect), wheel, built_from)
     cache = builds.cache_dir(args.cache)
-    python = builds.ensure_venv(wheel[:-4], "torch==%s" % version, index, cache, args.installer,
-                                builds.needed_bytes(local, args.variant or "cpu", index), pre=True)
+    build = builds.wheel_build(wheel, wheels[wheel], index, cache)
+    built_from = builds.wheel_git_version(build.file) if build.file else None
+    if expect and build.file and built_from not in expect:
+        builds.drop_download(build, cache)
+        raise Untestable(wrong_wheel(built_from, expect), wheel, built_from)
+    python = builds.ensure_venv(build, cache, args.installer,
+                                builds.needed_bytes(build.file, args.variant or "cpu", index), pre=True)
     built_from = builds.installed_git_version(os.path.dirname(os.path.dirname(python))) or built_from
     if expect and built_from not in expect:
         builds.remove_venv(python)
@@ -283,11 +285,9 @@ def test_build(version, args, table):
         if builds.DAY.fullmatch(version) or version == "latest":
             version, python, wheel, built_from = install_nightly(version, args)
         else:
-            index = builds.release_index(args.variant, args.index)
-            local = release_wheel(index, version)
-            python = builds.ensure_venv(env_name(version, index), "torch==%s" % version, index,
-                                        builds.cache_dir(args.cache), args.installer,
-                                        builds.needed_bytes(local, args.variant, index))
+            index, cache = builds.release_index(args.variant, args.index), builds.cache_dir(args.cache)
+            build = builds.release_build(index, version, cache)
+            python = builds.ensure_venv(build, cache, args.installer, builds.needed_bytes(build.file, args.variant, index))
             built_from = builds.installed_git_version(os.path.dirname(os.path.dirname(python)))
         code, report = run_repro(python, args)
     except Untestable as e:
@@ -298,26 +298,6 @@ def test_build(version, args, table):
     say("torch %-10s %-14s (git %s) exit %d; %s" % (version, report["verdict"], git_version, code, evidence(report)))
     table.append((version, git_version, "`%s`" % report["verdict"], str(code), evidence(report)))
     return report["verdict"]
-
-
-def env_name(version, index):
-    """One environment per build: a release from PyPI is torch-X.Y.Z, one from another index
-    carries the index in its name, so that a CPU build never stands in for a CUDA one."""
-    if index is None:
-        return "torch-%s" % version
-    tag = re.sub(r"[^A-Za-z0-9.]+", "_", index.rstrip("/").split("//")[-1])[-40:]
-    return "torch-%s-%s" % (version, tag)
-
-
-def release_wheel(index, version):
-    """The local wheel of a release, where the index is a folder (for its size); else None."""
-    if index is None or builds.is_url(index):
-        return None
-    for name, path in builds.torch_wheel_files(index).items():
-        parts = builds.wheel_parts(name)
-        if parts and parts[0].split("+")[0] == version and builds.runs_here(parts[1], parts[2]):
-            return path
-    return None
 
 
 def print_table(args, table):
@@ -400,11 +380,14 @@ def cache(args):
     per_env, stores_only, total = builds.disk_usage(root)
     say("cache %s" % root)
     say("%-46s %-16s %-12s %9s %12s  %s" % ("environment", "torch", "git", "size", "only its own", "last used"))
-    for name, path, version, git_version, used in builds.environments(root):
+    for name, path, version, git_version, used, record in builds.environments(root):
         size, only = per_env.get(name, (0, 0))
         say("%-46s %-16s %-12s %6.2f GB %9.2f GB  %s" % (
             name, version or "?", (git_version or "?")[:12], size / builds.GB, only / builds.GB,
             time.strftime("%Y-%m-%d %H:%M", time.localtime(used))))
+        # what it holds, in full: the environment is known by the wheel's sha256
+        say("    %s sha256 %s git %s from %s" % (record.get("wheel", "?"), record.get("sha256", "? (no build record)"),
+                                               git_version or "?", record.get("index", "?")))
     say("packages in the shared store that no environment links: %.2f GB (cache --prune empties them)"
         % (stores_only / builds.GB))
     say("total on disk: %.2f GB (each file counted once: environments share the store's files)" % (total / builds.GB))
