@@ -3,24 +3,28 @@ each command, and the release search, searched by hypothesis against oracles wri
 rules in docs/bisecting.md. No torch is installed or run: where a build would be, `test_build` or
 the installer is replaced."""
 import contextlib
+import copy
 import datetime
 import io
+import json
 import os
 import re
 import socket
 import string
 import subprocess
 import sys
+import threading
 import urllib.parse
 import zipfile
 
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from wheels import BISECT, nightly_repo, PYTAG, ROOT, serve_index
+from conftest import data
+from wheels import BISECT, nightly_repo, PYTAG, repro_python, ROOT, serve_index
 
 import bisect_torch
-from sac_repro import builds, exits
+from sac_repro import builds, exits, verdict
 
 pytestmark = pytest.mark.unit
 
@@ -285,6 +289,31 @@ def test_a_reachable_index_without_torch_aborts(tmp_path):
         one_line(*main("nightly", "2025-09-01", "--index", url), "lists no torch wheels")
 
 
+def test_an_index_that_answers_404_aborts(tmp_path):
+    """As PyTorch's index answers for a variant it does not build: no torch there, a usage error at
+    the first step, never a skip on every step."""
+    with serve_index(tmp_path) as url:
+        one_line(*main("nightly", "2025-09-07", "--index", url + "whl/cu999/"), "answered 404")
+
+
+def test_a_wheel_whose_download_fails_is_a_skip(tmp_path):
+    """An index that gives no hashes has its wheel downloaded to be hashed: a download it refuses
+    (503) skips this build, as a failed install does, and leaves no file behind."""
+    wheel_file(str(tmp_path / "idx"), nightly_name("2025-09-07"))
+    refused = threading.Event()
+    refused.set()
+    with serve_index(tmp_path / "idx", hold=refused, hashes=False) as url:
+        rc, out, err = main("nightly", "2025-09-07", "--index", url, "--cache", tmp_path / "cache")
+    assert rc == 125 and "could not download" in out and "503" in out, (rc, out, err)
+    assert not [f for _, _, files in os.walk(tmp_path / "cache" / "downloads") for f in files]
+
+
+def test_a_release_that_is_not_on_the_index_is_not_judged_in_a_matrix(folder):
+    """One build of a matrix missing is that build not judged (125), never the whole matrix aborted."""
+    rc, out, err = main("matrix", "2.8.0", "--index", folder, "--cache", folder.parent / "cache")
+    assert rc == 125 and "no torch 2.8.0 wheel for %s" % PYTAG in out, (rc, out, err)
+
+
 @pytest.mark.parametrize("command", [["nightly", "2025-09-07"], ["matrix", "2.9.1"], ["releases", "2.9.1", "2.12.0"]])
 def test_a_percent_encoded_wheel_name_must_be_renamed(monkeypatch, tmp_path, command):
     """As a browser or wget saves a wheel: `%2B` for `+`. uv (0.13.9) and pip (26.2.1) ignore such a
@@ -343,6 +372,32 @@ def test_each_command_states_its_exit_codes_in_its_help_and_in_the_docs():
 def test_matrix_exits_125_when_a_build_could_not_be_judged(monkeypatch, verdicts, rc):
     monkeypatch.setattr(bisect_torch, "test_build", lambda v, *a: dict(zip(["2.9.1", "2.12.0"], verdicts))[v])
     assert main("matrix", *["2.9.1", "2.12.0"][:len(verdicts)], "--index", "/x")[0] == rc
+
+
+# ----------------------------------------------------------------------------- the repro's answer
+CHILD = {verdict_: json.load(open(data("cpu-torch2.13", name))) for verdict_, name in
+         (("not_reproduced", "child_fixed.json"), ("reproduced", "child_fix_reverted.json"))}
+CHILD["cannot_test"] = {"status": "cannot_test", "reason": "the torch under test crashed: killed by SIGSEGV",
+                        "env": CHILD["not_reproduced"]["env"]}
+
+
+@pytest.mark.parametrize("answer, repro_rc, rc", [
+    ("reproduced", 1, 1), ("not_reproduced", 0, 0), ("cannot_test", 125, 125),
+    (None, 128, 128),  # the repro aborted (a bug in it, a usage error): so does the bisect
+    (None, 0, 128),  # no report: nothing was judged, whatever its exit code says
+    ("reproduced", -9, 128),  # killed after its report: that report was never its answer
+])
+def test_the_repros_answer_is_the_nightlys_exit_code(monkeypatch, folder, tmp_path, answer, repro_rc, rc):
+    report = verdict.report_from_child(copy.deepcopy(CHILD[answer]), "regression", False) if answer else None
+    python = repro_python(str(tmp_path / "env"), repro_rc, report)
+    monkeypatch.setenv("SAC_REPRO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(builds, "ensure_venv", lambda build, *a, **k: python)
+    got, out, err = main("nightly", "2025-09-07", "--index", folder)
+    assert got == rc, (out, err)
+    if rc == 128:
+        assert "the repro script failed (exit %d)" % repro_rc in err and len(err.strip().splitlines()) == 1, err
+    else:
+        assert "torch 2025-09-07 %-14s" % answer in out, out
 
 
 # ----------------------------------------------------------------------------- the release search

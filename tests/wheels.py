@@ -5,6 +5,7 @@ import base64
 import contextlib
 import hashlib
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -184,6 +185,24 @@ def slow_venv(folder):
     with open(os.path.join(folder, "venv", "__main__.py"), "w") as fh:
         fh.write(SLOW_VENV)
     return str(folder)
+
+
+def repro_python(folder, rc, report=None):
+    """The python of an environment whose repro answers without running: it writes `report` (a
+    dict) where --json says, then exits `rc` (negative: killed by that signal). For what the bisect
+    makes of the repro's answer; returns its path."""
+    os.makedirs(os.path.join(folder, "bin"))
+    script = "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --json ] && out=$2; shift; done\n"
+    if report is not None:
+        with open(os.path.join(folder, "report.json"), "w") as fh:
+            json.dump(report, fh)
+        script += 'cp "%s" "$out"\n' % os.path.join(folder, "report.json")
+    script += "kill -%d $$\n" % -rc if rc < 0 else "exit %d\n" % rc
+    path = os.path.join(folder, "bin", "python")
+    with open(path, "w") as fh:
+        fh.write(script)
+    os.chmod(path, 0o755)
+    return path
 
 
 # ----------------------------------------------------------- a nightly branch
