@@ -92,6 +92,10 @@ RUN_NSYS = [mutant(what, old, new, "tests/test_nsys.py") for what, old, new in [
      '      *) die "$1: not an option run_nsys.sh passes on', '      *) judge_opts+=("$1"); : "$1: not an option run_nsys.sh passes on'),
 ]]
 
+# In the tables below, each mutant would change an exit code on a realistic input, but those that
+# say "the answer right, the cost not" and those marked equivalent (the reason in the mark); each
+# names the fast-tier tests that kill it.
+
 # ----------------------------------------------------------------------------- sac_repro/measure.py
 SCRIPT_TESTS = "tests/test_script.py"
 MEASURE = [
@@ -141,7 +145,7 @@ MEASURE = [
     mutant("a backward that raises in the policy check reads as a torch crash",
            "            entry[\"backward_error\"] = one_line(e)", "            raise",
            SCRIPT_TESTS, k="test_a_backward_that_raises_leaves_the_verdict_and_no_policy"),
-    mutant("the recorded policy answers PREFER_RECOMPUTE: eager SAC recomputes, --strict-policy cannot test",
+    mutant("the recorded policy answers PREFER_RECOMPUTE: on CUDA eager SAC recomputes, --strict-policy cannot test",
            "        return decision\n", "        return type(decision).PREFER_RECOMPUTE\n",
            SCRIPT_TESTS, k="test_the_recorded_policy_answers_as_the_reports_policy"),
     mutant("backward's lazy compile is profiled with it",
@@ -208,7 +212,7 @@ BISECT = [
            "for ref in (\"refs/bisect/fixed\", \"refs/bisect/bad\", \"refs/bisect/new\"):",
            "for ref in (\"refs/bisect/bad\", \"refs/bisect/new\"):",
            BISECT_TESTS, k="test_git_bisect_run_finds_the_fixing_nightly"),
-    mutant("a nightly wheel of another commit on disk is installed before it is rejected",
+    mutant("a nightly wheel of another commit on disk is installed, then rejected (the answer right, the cost not)",
            "    if expect and build.file and built_from not in expect:", "    if False:",
            BUILDS_TESTS, k="test_a_wheel_of_another_commit_is_rejected_before_it_is_installed"),
     mutant("a nightly wheel of another commit from a URL is judged",
@@ -302,7 +306,8 @@ BUILDS = [
            BISECT_TESTS, k="test_each_kind_of_nightly_maps_to_its_exit_code and 08"),
     mutant("an install is built in place, not under NAME.partial",
            "    partial = final + \".partial\"", "    partial = final",
-           BISECT_TESTS + " " + BUILDS_TESTS, k="interrupted or sigterm or prune_never"),
+           BISECT_TESTS + " " + BUILDS_TESTS, k="interrupted or sigterm or prune_never",
+           equivalent="a half-built environment has no build record, which unusable() refuses: it is built again"),
     mutant("an environment without pyvenv.cfg is taken: its python is the base one, another torch",
            "    if not os.path.exists(os.path.join(path, \"pyvenv.cfg\")):\n        return \"has no pyvenv.cfg\"",
            "    if False:\n        return \"has no pyvenv.cfg\"",
@@ -344,7 +349,8 @@ BUILDS = [
            ARGS_TESTS, k="test_a_date_after_today_is_a_usage_error"),
     mutant("a date in another script's digits is taken: a skip",
            "DAY = re.compile(r\"[0-9]{4}-[0-9]{2}-[0-9]{2}\")", "DAY = re.compile(r\"\\d{4}-\\d{2}-\\d{2}\")",
-           ARGS_TESTS, k="test_an_impossible_date_is_a_usage_error_in_one_line or test_every_command_reads_a_date"),
+           ARGS_TESTS, k="test_an_impossible_date_is_a_usage_error_in_one_line or test_every_command_reads_a_date",
+           equivalent="date.fromisoformat (Python 3.11) refuses any digit but ASCII's itself: a usage error still"),
     mutant("a file:// URL's path is not unquoted: a folder with a space is not found",
            "        return urllib.parse.unquote(url.path)", "        return url.path",
            ARGS_TESTS, k="test_a_file_url_of_a_folder_is_that_folder"),

@@ -56,6 +56,7 @@ def test_a_wheel_of_another_commit_is_rejected_before_it_is_installed(tmp_path):
     assert proc.returncode == 125, proc.stdout + proc.stderr
     assert "git cccccccccccc" in proc.stdout and "is not the nightly under test" in proc.stdout
     assert not (cache / "venvs").exists() or os.listdir(cache / "venvs") == []  # nothing installed
+    assert "installing" not in proc.stdout  # not even for a while: a CUDA build is GBs and minutes
     assert time.time() - started < 60
 
 
