@@ -188,6 +188,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "release: needs PyPI torch releases; run with --release")
+    config.addinivalue_line("markers", "real_venv: the bisect makes its environments with the real "
+                            "`python -m venv`, not the tests' quick copy (tests/wheels.py)")
     config.addinivalue_line("markers", "unit: imports no torch and runs no torch: `pytest -m unit tests`, "
                             "a contributor's inner loop")
 

@@ -1,10 +1,12 @@
 """bisect_torch.py: the nightly step under a real `git bisect run`, and the release search.
 
-The nightly tests use stub wheels (the only place stubs are used): a `torch` package that loads
-this environment's real torch and, for "broken" dates, reverts the fix in-process (SAC's dispatch
-modes stop opting in with ignore_compile_internals), so the real repro script runs on each step.
+The nightly tests use stub wheels (tests/wheels.py, the only place stubs are used). Two nightlies,
+06 and 09, load this environment's real torch and, for 06, revert the fix in-process (SAC's dispatch
+modes stop opting in with ignore_compile_internals), so that the whole repro runs on their steps;
+the others replay a child's result recorded with real torch, which the script's parent judges.
 """
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -15,7 +17,7 @@ import time
 import pytest
 
 from wheels import (BISECT, children_of, git, main_sha, nightly_repo, nightly_world, OTHER_COMMIT, PYTAG,  # noqa: F401
-                    serve_index)
+                    quick_venv, quick_venvs, serve_index)
 
 
 def step(world, day, *extra):
@@ -67,22 +69,45 @@ def test_a_wheel_of_another_commit_is_skipped_naming_both(nightly_world):
     assert OTHER_COMMIT in out and nightly_world["commits"]["11"] in out and main_sha("11") in out
 
 
-def test_each_torch_gets_a_standard_virtual_environment(nightly_world):
-    """As `python3 -m venv` makes one: with pip, and with whatever else the Python's venv puts in
-    (setuptools on 3.11, which torch 2.5's Inductor imports: without it 2.5.1 cannot compile)."""
-    step(nightly_world, "06")
-    env = next(p for p in (nightly_world["cache"] / "venvs").iterdir() if "dev20250906" in p.name)
-    reference = nightly_world["cache"].parent / "reference-venv"
-    subprocess.run([sys.executable, "-m", "venv", str(reference)], check=True)
-    listing = [sys.executable, "-c", "import sys, glob; print(sorted(p.split('/')[-1].split('-')[0] "
-               "for p in glob.glob(sys.argv[1] + '/lib/python*/site-packages/*.dist-info')))"]
-    have = subprocess.run(listing + [str(env)], capture_output=True, text=True).stdout
-    want = subprocess.run(listing + [str(reference)], capture_output=True, text=True).stdout
-    assert eval(want) and set(eval(want)) <= set(eval(have)), (want, have)
+def dists(env):
+    return {p.name.split("-")[0] for p in env.glob("lib/python*/site-packages/*.dist-info")}
+
+
+@pytest.mark.real_venv
+def test_each_torch_gets_a_standard_virtual_environment(nightly_world, tmp_path, quick_venv):
+    """As `python3 -m venv` makes one (the tests' template of quick copies is one): with pip, and
+    with whatever else the Python's venv puts in (setuptools on 3.11, which torch 2.5's Inductor
+    imports: without it 2.5.1 cannot compile)."""
+    git(nightly_world["repo"], "checkout", "-q", nightly_world["commits"]["03"])
+    cache = tmp_path / "cache"
+    proc = subprocess.run([sys.executable, BISECT, "nightly-step", "--index", str(nightly_world["wheels"]),
+                           "--cache", str(cache)], cwd=nightly_world["repo"], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (env,) = (cache / "venvs").iterdir()
+    want = dists(pathlib.Path(quick_venv["QUICK_VENV_TEMPLATE"]))
+    assert "pip" in want and want <= dists(env), (want, dists(env))
+
+
+def test_the_quick_venv_of_the_tests_makes_what_venv_makes(quick_venv, tmp_path):
+    """The stand-in that the plumbing tests take: the files of a real environment, its own path
+    wherever venv wrote the template's, a Python that runs in it and a pip that installs into it."""
+    real, quick = pathlib.Path(quick_venv["QUICK_VENV_TEMPLATE"]), tmp_path / "quick"
+    subprocess.run([sys.executable, "-m", "venv", str(quick)], check=True, env=dict(os.environ, **quick_venv))
+
+    def files(root):
+        return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs
+                      if "__pycache__" not in d)
+    assert files(quick) == files(real)
+    for path in ["pyvenv.cfg"] + ["bin/" + n for n in os.listdir(real / "bin") if not (real / "bin" / n).is_symlink()]:
+        text = (quick / path).read_text()
+        assert str(real) not in text and text.replace(str(quick), str(real)) == (real / path).read_text(), path
+    where = subprocess.run([str(quick / "bin" / "python"), "-c", "import sys, pip; print(sys.prefix, pip.__file__)"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert where[0] == str(quick) and where[1].startswith(str(quick)), where
 
 
 def test_hunt_fix_swaps_the_step(nightly_world):
-    got, out = step(nightly_world, "06", "--hunt-fix")
+    got, out = step(nightly_world, "03", "--hunt-fix")
     assert got == 0 and "reproduced -> exit 0" in out, out
 
 

@@ -5,6 +5,7 @@ import base64
 import contextlib
 import hashlib
 import http.server
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +20,8 @@ BISECT = os.path.join(ROOT, "tools", "bisect_torch.py")
 PYTAG = "cp%d%d" % sys.version_info[:2]
 DEP = "sacstubdep"
 
+# A stub torch that runs this environment's real torch: the whole repro runs on each step (slow:
+# an import of torch and Inductor's compiles, about 10 s on 2 cores)
 STUB_INIT = '''
 import os, signal, sys
 BEHAVIOUR = {behaviour!r}
@@ -40,6 +43,25 @@ _real.version.git_version = {git_version!r}  # what a nightly wheel reports: the
 sys.modules["torch"] = _real
 '''
 
+# A stub torch for what the plumbing decides (which wheel, which environment, which exit code): the
+# script's parent runs as it is, and the measured child, as it imports torch, writes what a real
+# child of torch 2.13 wrote on the CPU (tests/data/cpu-torch2.13), fixed or with the fix reverted,
+# as this wheel's torch and commit. The parent judges it, so the verdict names the wheel that ran.
+REPLAY_INIT = '''
+import json, os, signal, sys
+if {behaviour!r} == "crash":
+    os.kill(os.getpid(), signal.SIGSEGV)
+if "--_child" not in sys.argv:
+    raise ImportError("a stub torch for the bisect's tests: only the repro's measured child imports it")
+with open(os.path.join(os.path.dirname(__file__), "recorded_child.json")) as _fh:
+    _result = json.load(_fh)
+_result["env"].update(torch={version!r}, torch_git={git_version!r})
+with open(sys.argv[sys.argv.index("--_child") + 1], "w") as _fh:
+    json.dump(_result, _fh)
+os._exit(0)
+'''
+RECORDED = {"fixed": "child_fixed.json", "broken": "child_fix_reverted.json"}
+
 
 def write_wheel(path, files):
     """A wheel file as pip and uv accept it: the files, and a RECORD with their hashes."""
@@ -55,25 +77,30 @@ def write_wheel(path, files):
         z.writestr(dist + "/RECORD", "\n".join(record) + "\n")
 
 
-def build_stub_wheel(folder, day, behaviour, git_version, version=None, requires=(), extra=""):
+def build_stub_wheel(folder, day, behaviour, git_version, version=None, requires=(), extra="", real_torch=False):
     """A torch wheel whose torch is this environment's, fixed or (behaviour "broken") with the fix
-    reverted; a nightly of 2025-09-DAY unless `version` says otherwise. `extra` changes the wheel's
-    content and nothing else (a rebuild under the same name). Returns the file name."""
-    import torch
-    real_site = os.path.dirname(os.path.dirname(torch.__file__))
+    reverted (real_torch), or else replays a recorded child of that behaviour; a nightly of
+    2025-09-DAY unless `version` says otherwise. `extra` changes the wheel's content and nothing
+    else (a rebuild under the same name). Returns the file name."""
+    real_site = os.path.dirname(os.path.dirname(importlib.util.find_spec("torch").origin))
     version = version or "2.10.0.dev202509%s+cpu" % day
     requires = list(requires) + (["no-such-package-anywhere-xyz"] if behaviour == "uninstallable" else [])
     name = "torch-%s-%s-%s-linux_x86_64.whl" % (version, PYTAG, PYTAG)
     dist = "torch-%s.dist-info" % version
-    write_wheel(os.path.join(folder, name), {
-        "torch/__init__.py": STUB_INIT.format(behaviour=behaviour, real_site=real_site,
-                                              git_version=git_version) + extra,
+    init = STUB_INIT if real_torch else REPLAY_INIT
+    files = {
+        "torch/__init__.py": init.format(behaviour=behaviour, real_site=real_site, version=version,
+                                         git_version=git_version) + extra,
         # what a real wheel holds, and what bisect_torch.py reads before and after installing
         "torch/version.py": "__version__ = %r\ngit_version = %r\n" % (version, git_version),
         dist + "/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: %s\n%s" % (
             version, "".join("Requires-Dist: %s\n" % r for r in requires)),
         dist + "/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: %s-%s-linux_x86_64\n" % (PYTAG, PYTAG),
-    })
+    }
+    if not real_torch and behaviour in RECORDED:
+        with open(os.path.join(ROOT, "tests", "data", "cpu-torch2.13", RECORDED[behaviour])) as fh:
+            files["torch/recorded_child.json"] = fh.read()
+    write_wheel(os.path.join(folder, name), files)
     return name
 
 
@@ -187,6 +214,52 @@ def slow_venv(folder):
     return str(folder)
 
 
+QUICK_VENV = """import os, shutil, sys
+# `python -m venv PATH` as the bisect calls it, in a fraction of its time: a copy of one environment
+# that the real venv made, with its own path written where venv writes it (pyvenv.cfg, bin/)
+template = os.environ["QUICK_VENV_TEMPLATE"]
+if len(sys.argv) != 2:
+    sys.exit("the tests' quick venv takes one argument, a path; got %r" % sys.argv[1:])
+target = os.path.abspath(sys.argv[1])
+shutil.copytree(template, target, symlinks=True)
+for folder, names in ((target, ["pyvenv.cfg"]), (os.path.join(target, "bin"), os.listdir(os.path.join(target, "bin")))):
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if template.encode() in data:
+            with open(path, "wb") as fh:
+                fh.write(data.replace(template.encode(), target.encode()))
+"""
+
+
+@pytest.fixture(scope="session")
+def quick_venv(tmp_path_factory):
+    """{PYTHONPATH, QUICK_VENV_TEMPLATE} for a `venv` module that copies one environment that the
+    real `python -m venv` made once per test process: the same files, in a tenth of a second instead
+    of the seconds of ensurepip. For tests of the cache's plumbing; those of the environment itself,
+    and the release tier, use the real venv."""
+    root = tmp_path_factory.mktemp("quick-venv")
+    template = root / "template"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-m", "venv", str(template)], check=True, env=env)
+    os.makedirs(root / "shim" / "venv")
+    (root / "shim" / "venv" / "__init__.py").write_text("")
+    (root / "shim" / "venv" / "__main__.py").write_text(QUICK_VENV)
+    return {"PYTHONPATH": str(root / "shim"), "QUICK_VENV_TEMPLATE": str(template)}
+
+
+@pytest.fixture(autouse=True)
+def quick_venvs(request, quick_venv, monkeypatch):
+    """Autouse in the modules that import it: every environment the bisect makes in their tests is
+    a copy (quick_venv), except in tests marked real_venv."""
+    if request.node.get_closest_marker("real_venv") is None:
+        for name, value in quick_venv.items():
+            monkeypatch.setenv(name, value)
+
+
 def repro_python(folder, rc, report=None):
     """The python of an environment whose repro answers without running: it writes `report` (a
     dict) where --json says, then exits `rc` (negative: killed by that signal). For what the bisect
@@ -229,7 +302,9 @@ def nightly_repo(repo, days):
 
 
 # date -> what that day's stub wheel does; 04 has no wheel, 08's wheel cannot be installed,
-# 11's wheel was built from another commit than the nightly under test
+# 11's wheel was built from another commit than the nightly under test. 06 and 09 run this
+# environment's real torch (the whole repro, on each step), the others replay a recorded child.
+REAL_TORCH = ("06", "09")
 NIGHTLIES = {"01": "broken", "02": "broken", "03": "broken", "04": None, "05": "crash",
              "06": "broken", "07": "fixed", "08": "uninstallable", "09": "fixed", "10": "fixed",
              "11": "fixed"}
@@ -247,7 +322,7 @@ def nightly_world(tmp_path_factory):
         # A nightly's git version is the nightly-branch commit or the main-branch one: both occur
         git_version = {"09": commits[day], "11": OTHER_COMMIT}.get(day, main_sha(day))
         if behaviour:
-            build_stub_wheel(str(wheels), day, behaviour, git_version)
+            build_stub_wheel(str(wheels), day, behaviour, git_version, real_torch=day in REAL_TORCH)
     return {"repo": root / "pytorch", "wheels": wheels, "cache": root / "cache", "commits": commits}
 
 
