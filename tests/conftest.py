@@ -183,11 +183,12 @@ def fake_nsys(tmp_path, monkeypatch):
 
 def pytest_addoption(parser):
     parser.addoption("--release", action="store_true",
-                     help="run the release tier only: real PyPI torch releases (downloads GBs)")
+                     help="run the release tier only: real PyPI torch releases (downloads GBs), the bench "
+                     "on two processes and the mutants of run_nsys.sh")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "release: needs PyPI torch releases; run with --release")
+    config.addinivalue_line("markers", "release: needs PyPI torch releases, or takes minutes; run with --release")
     config.addinivalue_line("markers", "real_venv: the bisect makes its environments with the real "
                             "`python -m venv`, not the tests' quick copy (tests/wheels.py)")
     config.addinivalue_line("markers", "unit: imports no torch and runs no torch: `pytest -m unit tests`, "

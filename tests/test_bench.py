@@ -51,7 +51,10 @@ def test_bench_smoke_runs_every_arrangement(tmp_path):
         assert plot.bench_series(table) == [(n, r["median"], r["mem"], r["bwd_mm"]) for n, r in table["rows"].items()]
 
 
+@pytest.mark.release
 def test_fsdp_smoke_runs_every_arrangement_on_two_processes():
+    """Two processes compiling every arrangement take both cores for most of a minute from an
+    empty Inductor cache, hence the release tier."""
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                            BENCH, "--fsdp", "--device", "cpu", "--small"],
                           capture_output=True, text=True, timeout=900, cwd=ROOT,

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT, data, judge, run
+from sac_repro.exits import HANDLED_SIGNALS
 
 WRAPPER = os.path.join(ROOT, "run_nsys.sh")
 
@@ -138,6 +139,14 @@ def system_tools(tmp_path):
     return folder
 
 
+def default_signals():
+    """In the wrapper's process, before bash starts: the signals it handles at their defaults. bash
+    cannot trap a signal ignored when it starts, as SIGINT and SIGQUIT are for a command put in the
+    background of a script (and SIGHUP under nohup), whichever way these tests were started."""
+    for s in HANDLED_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+
+
 @pytest.fixture
 def fake_tools(tmp_path):
     """A bin folder with fake nsys/ncu that log their arguments; returns a runner."""
@@ -155,7 +164,7 @@ def fake_tools(tmp_path):
                 "PYTHON": sys.executable, "FAKE_LOG": str(log), "HOME": str(tmp_path)}
         full.update({k: str(v) for k, v in env.items()})
         proc = subprocess.run(["bash", WRAPPER] + list(args), capture_output=True, text=True,
-                              env=full, cwd=tmp_path, timeout=120)
+                              env=full, cwd=tmp_path, timeout=120, preexec_fn=default_signals)
         calls = log.read_text() if log.exists() else ""
         return proc.returncode, proc.stdout, proc.stderr, calls
 
@@ -467,7 +476,7 @@ def test_a_signal_to_the_wrapper_ends_the_capture(fake_tools, sig, rc):
            "FAKE_LOG": str(fake_tools.tmp / "calls.log"), "HOME": str(fake_tools.tmp), "FAKE_VERSION": "2023.4.4",
            "FAKE_HELP": data("nsys-2023.4.4-profile-help.txt"), "FAKE_HANG": str(pidfile)}
     proc = subprocess.Popen(["bash", WRAPPER], env=env, cwd=fake_tools.tmp, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     try:
         deadline = time.time() + 60
         while not (pidfile.exists() and pidfile.read_text().strip()):
