@@ -195,8 +195,18 @@ def pytest_configure(config):
                             "a contributor's inner loop")
 
 
+# Tests that share a costly fixture run on one pytest-xdist worker (`--dist loadgroup`): one run of
+# the script, one nightly history and one template environment, never one per worker, and no
+# worker idle while another makes them.
+SHARED = {"fixed_run": "fixed_run", "nightly_world": "nightlies", "quick_venv": "nightlies"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """The fast tier by default; --release runs the release tier instead."""
+    for item in items:
+        for group in sorted({g for f, g in SHARED.items() if f in item.fixturenames}):
+            item.add_marker(pytest.mark.xdist_group(group))
     release = config.getoption("--release")
     keep = [i for i in items if (i.get_closest_marker("release") is not None) == release]
     if len(keep) != len(items):

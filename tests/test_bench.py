@@ -30,8 +30,11 @@ def check(proc):
     assert int(rows["sac(compile(block)) [reported]"][-1]) > int(rows["compile(sac(block)) [workaround]"][-1])
 
 
+@pytest.mark.release
 def test_bench_smoke_runs_every_arrangement(tmp_path):
-    """Also its --json (the policy report's cost) and its --plot, drawn from that same table."""
+    """Also its --json (the policy report's cost) and its --plot, drawn from that same table. It
+    compiles six arrangements, forward and backward: most of a minute from an empty Inductor cache,
+    hence the release tier."""
     args = ["--json", str(tmp_path / "bench.json")]
     has_matplotlib = importlib.util.find_spec("matplotlib") is not None
     if has_matplotlib:
@@ -53,8 +56,7 @@ def test_bench_smoke_runs_every_arrangement(tmp_path):
 
 @pytest.mark.release
 def test_fsdp_smoke_runs_every_arrangement_on_two_processes():
-    """Two processes compiling every arrangement take both cores for most of a minute from an
-    empty Inductor cache, hence the release tier."""
+    """The same on two processes: both cores for most of a minute from an empty Inductor cache."""
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                            BENCH, "--fsdp", "--device", "cpu", "--small"],
                           capture_output=True, text=True, timeout=900, cwd=ROOT,

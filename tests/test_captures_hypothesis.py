@@ -8,6 +8,7 @@ import collections
 import csv
 import io
 import os
+import random
 import tempfile
 
 import pytest
@@ -90,7 +91,15 @@ def captures(draw):
         name = draw(st.sampled_from(["warmup_%s %d", "%s %d (retry)", "%s  %d", "%s %02d", "%s:%d",
                                      "%s %d ", "%s\t%d"])) % (loop, draw(st.integers(0, 60)))
         entries.append((name, draw(KIND)))
-    return draw(st.permutations(entries))
+    return shuffled(entries, draw(SEED))
+
+
+SEED = st.integers(0, 2 ** 32 - 1)
+
+
+def shuffled(items, seed):
+    """In an order drawn as one number: a permutation drawn item by item cost most of the tests."""
+    return random.Random(seed).sample(items, len(items))
 
 
 def csv_text(entries, shuffle=lambda rows: rows, newline="\n", bom="", preamble=""):
@@ -171,7 +180,7 @@ def test_found_a_csv_with_a_byte_order_mark_is_judged():
 @settings(max_examples=400, deadline=None)
 @given(captures(), st.data())
 def test_the_csv_judge_agrees_with_the_oracle(entries, data):
-    text = csv_text(entries, shuffle=lambda rows: data.draw(st.permutations(rows)),
+    text = csv_text(entries, shuffle=lambda rows: shuffled(rows, data.draw(SEED)),
                     newline=data.draw(st.sampled_from(["\n", "\r\n"])),
                     bom=data.draw(st.sampled_from(["", "\ufeff"])),
                     preamble=data.draw(st.sampled_from(["", "Processing [r.sqlite] with [nvtx_kern_sum.py]...\n"])))

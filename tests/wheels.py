@@ -303,12 +303,12 @@ def nightly_repo(repo, days):
 
 # date -> what that day's stub wheel does; 04 has no wheel, 08's wheel cannot be installed,
 # 11's wheel was built from another commit than the nightly under test. All replay a recorded
-# child but 12 and 13, outside the history's bisected range (01 to 10), which run this
-# environment's real torch, 12 with the fix reverted: the whole repro runs on their steps.
+# child but 12, outside the history's bisected range (01 to 10), which runs this environment's
+# real torch with the fix reverted: the whole repro runs on its step.
 NIGHTLIES = {"01": "broken", "02": "broken", "03": "broken", "04": None, "05": "crash",
              "06": "broken", "07": "fixed", "08": "uninstallable", "09": "fixed", "10": "fixed",
-             "11": "fixed", "12": "broken", "13": "fixed"}
-REAL_TORCH = ("12", "13")
+             "11": "fixed", "12": "broken"}
+REAL_TORCH = ("12",)
 OTHER_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
