@@ -112,6 +112,17 @@ def release_python():
     return get
 
 
+@pytest.fixture(scope="session")
+def matplotlib_config(tmp_path_factory):
+    """An MPLCONFIGDIR whose font cache is built. A process that builds the cache says so on
+    stderr, and fails to save it where its files may not grow (a full disk), so a test that wants
+    only the bundle's own words gives matplotlib this one."""
+    folder = tmp_path_factory.mktemp("matplotlib")
+    env = dict(os.environ, MPLCONFIGDIR=str(folder))
+    subprocess.run([sys.executable, "-c", "import matplotlib.font_manager"], env=env, check=True, capture_output=True)
+    return {"MPLCONFIGDIR": str(folder)}
+
+
 def data(*parts):
     """Files recorded on real hardware (see tests/data/README.md)."""
     return os.path.join(DATA, *parts)

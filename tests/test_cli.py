@@ -232,13 +232,15 @@ def limited_to(nbytes):
 
 
 @pytest.mark.parametrize("option, name", [("--json", "report.json"), ("--plot", "evidence.png")])
-def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path, option, name):
+def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path, option, name, request):
+    env = dict(os.environ)
     if option == "--plot":
         pytest.importorskip("matplotlib")
+        env.update(request.getfixturevalue("matplotlib_config"))
     out = tmp_path / name
     out.write_bytes(b"the old report\n")
     proc = subprocess.run([sys.executable, SCRIPT, "--from-nsys", FIXED_CSV, option, str(out)], capture_output=True,
-                          text=True, preexec_fn=limited_to(4000), timeout=120)
+                          text=True, preexec_fn=limited_to(4000), timeout=120, env=env)
     assert proc.returncode == 128, proc.stdout + proc.stderr
     assert "cannot" in proc.stderr and option in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert out.read_bytes() == b"the old report\n"
