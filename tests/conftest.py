@@ -123,6 +123,45 @@ def matplotlib_config(tmp_path_factory):
     return {"MPLCONFIGDIR": str(folder)}
 
 
+QUICK_VENV = """import os, shutil, sys
+# `python -m venv PATH` as the bisect calls it, in a fraction of its time: a copy of one environment
+# that the real venv made, with its own path written where venv writes it (pyvenv.cfg, bin/)
+template = os.environ["QUICK_VENV_TEMPLATE"]
+if len(sys.argv) != 2:
+    sys.exit("the tests' quick venv takes one argument, a path; got %r" % sys.argv[1:])
+target = os.path.abspath(sys.argv[1])
+shutil.copytree(template, target, symlinks=True)
+for folder, names in ((target, ["pyvenv.cfg"]), (os.path.join(target, "bin"), os.listdir(os.path.join(target, "bin")))):
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if template.encode() in data:
+            with open(path, "wb") as fh:
+                fh.write(data.replace(template.encode(), target.encode()))
+"""
+
+
+# In conftest.py, not in tests/wheels.py: a session fixture that two test modules import is made
+# once per module.
+@pytest.fixture(scope="session")
+def quick_venv(tmp_path_factory):
+    """{PYTHONPATH, QUICK_VENV_TEMPLATE} for a `venv` module that copies one environment that the
+    real `python -m venv` made once per test process: the same files, in a tenth of a second instead
+    of the seconds of ensurepip. For tests of the cache's plumbing; those of the environment itself,
+    and the release tier, use the real venv."""
+    root = tmp_path_factory.mktemp("quick-venv")
+    template = root / "template"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-m", "venv", str(template)], check=True, env=env)
+    os.makedirs(root / "shim" / "venv")
+    (root / "shim" / "venv" / "__init__.py").write_text("")
+    (root / "shim" / "venv" / "__main__.py").write_text(QUICK_VENV)
+    return {"PYTHONPATH": str(root / "shim"), "QUICK_VENV_TEMPLATE": str(template)}
+
+
 def data(*parts):
     """Files recorded on real hardware (see tests/data/README.md)."""
     return os.path.join(DATA, *parts)
@@ -202,6 +241,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "release: needs PyPI torch releases, or takes minutes; run with --release")
     config.addinivalue_line("markers", "real_venv: the bisect makes its environments with the real "
                             "`python -m venv`, not the tests' quick copy (tests/wheels.py)")
+    config.addinivalue_line("markers", "late: runs after the other tests of its worker's group: it compiles with "
+                            "real torch, and by then the other worker's first run has filled Inductor's cache")
     config.addinivalue_line("markers", "unit: imports no torch and runs no torch: `pytest -m unit tests`, "
                             "a contributor's inner loop")
 
@@ -218,6 +259,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         for group in sorted({g for f, g in SHARED.items() if f in item.fixturenames}):
             item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("late") is not None)  # stable: the rest keep their order
     release = config.getoption("--release")
     keep = [i for i in items if (i.get_closest_marker("release") is not None) == release]
     if len(keep) != len(items):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from wheels import (BISECT, bisect, build_stub_wheel, children_of, make_index, nightly_repo, PYTAG,  # noqa: F401
-                    quick_venv, quick_venvs, serve_index, sha256_of, slow_venv)
+                    quick_venvs, serve_index, sha256_of, slow_venv)
 
 
 @pytest.mark.parametrize("layout, installer", [("flat", "uv"), ("pep503", "pip")])

@@ -214,47 +214,10 @@ def slow_venv(folder):
     return str(folder)
 
 
-QUICK_VENV = """import os, shutil, sys
-# `python -m venv PATH` as the bisect calls it, in a fraction of its time: a copy of one environment
-# that the real venv made, with its own path written where venv writes it (pyvenv.cfg, bin/)
-template = os.environ["QUICK_VENV_TEMPLATE"]
-if len(sys.argv) != 2:
-    sys.exit("the tests' quick venv takes one argument, a path; got %r" % sys.argv[1:])
-target = os.path.abspath(sys.argv[1])
-shutil.copytree(template, target, symlinks=True)
-for folder, names in ((target, ["pyvenv.cfg"]), (os.path.join(target, "bin"), os.listdir(os.path.join(target, "bin")))):
-    for name in names:
-        path = os.path.join(folder, name)
-        if os.path.islink(path) or not os.path.isfile(path):
-            continue
-        with open(path, "rb") as fh:
-            data = fh.read()
-        if template.encode() in data:
-            with open(path, "wb") as fh:
-                fh.write(data.replace(template.encode(), target.encode()))
-"""
-
-
-@pytest.fixture(scope="session")
-def quick_venv(tmp_path_factory):
-    """{PYTHONPATH, QUICK_VENV_TEMPLATE} for a `venv` module that copies one environment that the
-    real `python -m venv` made once per test process: the same files, in a tenth of a second instead
-    of the seconds of ensurepip. For tests of the cache's plumbing; those of the environment itself,
-    and the release tier, use the real venv."""
-    root = tmp_path_factory.mktemp("quick-venv")
-    template = root / "template"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([sys.executable, "-m", "venv", str(template)], check=True, env=env)
-    os.makedirs(root / "shim" / "venv")
-    (root / "shim" / "venv" / "__init__.py").write_text("")
-    (root / "shim" / "venv" / "__main__.py").write_text(QUICK_VENV)
-    return {"PYTHONPATH": str(root / "shim"), "QUICK_VENV_TEMPLATE": str(template)}
-
-
 @pytest.fixture(autouse=True)
 def quick_venvs(request, quick_venv, monkeypatch):
     """Autouse in the modules that import it: every environment the bisect makes in their tests is
-    a copy (quick_venv), except in tests marked real_venv."""
+    a copy (conftest.py's quick_venv), except in tests marked real_venv."""
     if request.node.get_closest_marker("real_venv") is None:
         for name, value in quick_venv.items():
             monkeypatch.setenv(name, value)
