@@ -233,8 +233,8 @@ def fake_nsys(tmp_path, monkeypatch):
 
 def pytest_addoption(parser):
     parser.addoption("--release", action="store_true",
-                     help="run the release tier only: real PyPI torch releases (downloads GBs), the bench "
-                     "on two processes and the mutants of run_nsys.sh")
+                     help="run the release tier only: real PyPI torch releases (downloads GBs), the whole runs "
+                     "of the tools around the repro, and the mutants of run_nsys.sh")
 
 
 def pytest_configure(config):

@@ -2,9 +2,8 @@
 
 The nightly tests use stub wheels (tests/wheels.py, the only place stubs are used). One nightly, 12,
 loads this environment's real torch and reverts the fix in-process (SAC's dispatch modes stop
-opting in with ignore_compile_internals), so that the whole repro runs on its step (the fixed
-torch's whole run is the script's own tests'); the others replay a child's result recorded with
-real torch, which the script's parent judges.
+opting in with ignore_compile_internals), so that the whole repro runs on its step (release tier);
+the others replay a child's result recorded with real torch, which the script's parent judges.
 """
 import os
 import pathlib
@@ -53,7 +52,8 @@ def test_git_bisect_run_finds_the_fixing_nightly(nightly_world):
 @pytest.mark.parametrize("day, rc, says", [
     ("06", 1, "reproduced -> exit 1"),
     ("09", 0, "not_reproduced -> exit 0"),
-    pytest.param("12", 1, "reproduced -> exit 1", marks=pytest.mark.late),  # the whole repro, on real torch
+    # the whole repro on real torch: in the release tier, whose real releases bisect the same way
+    pytest.param("12", 1, "reproduced -> exit 1", marks=pytest.mark.release),
     ("04", 125, "no torch wheel for 2025-09-04"),
     ("08", 125, "could not install"),
     ("05", 125, "crashed: killed by SIGSEGV"),

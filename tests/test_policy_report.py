@@ -102,6 +102,7 @@ def test_where_f_never_compiles_under_sac_the_report_says_it_cannot_be_shown(raw
     assert "```python" not in md and "**Actual:**" not in md
 
 
+@pytest.mark.release  # four compiles from an empty Inductor cache: the release tier
 def test_the_reports_code_runs_on_its_own_and_shows_what_it_says(tmp_path):
     path = tmp_path / "policy.py"
     path.write_text(code_block(markdown(FIXED)))
@@ -130,6 +131,7 @@ def test_policy_report_usage_errors(args, says):
     assert rc == 128 and says in stderr and stdout == "", stderr
 
 
+@pytest.mark.release  # a whole run of the script of its own, and collect_env: the release tier
 def test_the_policy_report_of_a_real_run(tmp_path):
     """The whole path: the child runs the extra scenario, the parent renders the report."""
     bench = tmp_path / "bench.json"
