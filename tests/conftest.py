@@ -241,8 +241,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "release: needs PyPI torch releases, or takes minutes; run with --release")
     config.addinivalue_line("markers", "real_venv: the bisect makes its environments with the real "
                             "`python -m venv`, not the tests' quick copy (tests/wheels.py)")
-    config.addinivalue_line("markers", "late: runs after the other tests of its worker's group: it compiles with "
-                            "real torch, and by then the other worker's first run has filled Inductor's cache")
     config.addinivalue_line("markers", "unit: imports no torch and runs no torch: `pytest -m unit tests`, "
                             "a contributor's inner loop")
 
@@ -259,7 +257,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         for group in sorted({g for f, g in SHARED.items() if f in item.fixturenames}):
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: item.get_closest_marker("late") is not None)  # stable: the rest keep their order
     release = config.getoption("--release")
     keep = [i for i in items if (i.get_closest_marker("release") is not None) == release]
     if len(keep) != len(items):

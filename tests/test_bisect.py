@@ -76,6 +76,7 @@ def dists(env):
 
 
 @pytest.mark.real_venv
+@pytest.mark.release  # ensurepip's seconds: in the fast tier the quick copy refuses any other venv command
 def test_each_torch_gets_a_standard_virtual_environment(nightly_world, tmp_path, quick_venv):
     """As `python3 -m venv` makes one (the tests' template of quick copies is one): with pip, and
     with whatever else the Python's venv puts in (setuptools on 3.11, which torch 2.5's Inductor
