@@ -238,9 +238,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "release: needs PyPI torch releases, or takes minutes; run with --release")
+    config.addinivalue_line("markers", "release: needs PyPI torch releases, or is a whole run of a tool around the repro "
+                            "(docs/testing.md); run with --release")
     config.addinivalue_line("markers", "real_venv: the bisect makes its environments with the real "
-                            "`python -m venv`, not the tests' quick copy (tests/wheels.py)")
+                            "`python -m venv`, not the tests' quick copy (quick_venv)")
     config.addinivalue_line("markers", "unit: imports no torch and runs no torch: `pytest -m unit tests`, "
                             "a contributor's inner loop")
 
