@@ -1,6 +1,7 @@
-"""Stand-ins for torch builds, for the bisect's plumbing only: stub wheels whose `torch` loads this
-environment's real torch (fixed, or with the 2.10 fix reverted in-process), local indexes of both
-layouts, one index over HTTP, and nightly-branch histories. Not a test file: the tests import it."""
+"""Stand-ins for torch builds, for the bisect's plumbing only: stub wheels whose `torch` replays a
+child that real torch recorded, or loads this environment's real torch (fixed, or with the 2.10 fix
+reverted in-process); local indexes of both layouts, one index over HTTP, and nightly-branch
+histories. Not a test file: the tests import it."""
 import base64
 import contextlib
 import hashlib
@@ -14,6 +15,8 @@ import threading
 import zipfile
 
 import pytest
+
+from conftest import data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BISECT = os.path.join(ROOT, "tools", "bisect_torch.py")
@@ -98,7 +101,7 @@ def build_stub_wheel(folder, day, behaviour, git_version, version=None, requires
         dist + "/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: %s-%s-linux_x86_64\n" % (PYTAG, PYTAG),
     }
     if not real_torch and behaviour in RECORDED:
-        with open(os.path.join(ROOT, "tests", "data", "cpu-torch2.13", RECORDED[behaviour])) as fh:
+        with open(data("cpu-torch2.13", RECORDED[behaviour])) as fh:
             files["torch/recorded_child.json"] = fh.read()
     write_wheel(os.path.join(folder, name), files)
     return name
