@@ -25,6 +25,7 @@ if __name__ == "__main__":
 # [added]. The child process runs it as written, at module level; `--markdown` pastes exactly it.
 # ==== the report's code (pytorch/pytorch#161889) ==================================================
 import functools
+import sys  # [added]
 import types  # [added]
 
 import torch
@@ -75,6 +76,16 @@ f_compiled = torch.compile(f, fullgraph=True, dynamic=True)
 # [added] Compile before the capture range opens, and without SAC: on affected torch, once f has
 # been called under SAC, Dynamo skips it for good, with or without SAC.
 checkpoint_fn_without_context(f_compiled, x, y)
+# [added] Run on its own, this code answers at its end. From 2.12, a fullgraph=True function that
+# Dynamo skips raises instead of running eagerly: that error is the answer, in Dynamo's words.
+if __name__ == "__main__":
+    def answer_of_error(kind, error, tb):
+        skipped = [l.strip() for l in str(error).splitlines() if l.strip().startswith("- f (")]
+        if "found no compiled frames" in str(error):
+            print("f_compiled under SAC: ran no compiled code (pytorch/pytorch#161889 reproduces); "
+                  "Dynamo raised: " + (skipped or str(error).splitlines())[0])
+        sys.__excepthook__(kind, error, tb)
+    sys.excepthook = answer_of_error
 # [added] What the report's `nsys --capture-range=cudaProfilerApi` waits for; as filed the script
 # never calls it, and nsys captures nothing.
 if device == "cuda":
@@ -94,6 +105,21 @@ for i in range(50):
 if device == "cuda":  # [added] close the capture range
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
+
+# [added] The answer, from what ran in one more call under SAC: compiled code shows up as Dynamo's
+# and AOTAutograd's regions, f run eagerly as its own aten::mul and aten::add.
+if __name__ == "__main__":
+    with torch.profiler.profile() as prof:
+        checkpoint_fn_with_context(f_compiled, x, y)
+    ran = {e.name for e in prof.events()}
+    compiled = any(n.startswith(("Torch-Compiled Region", "CompiledFunction")) for n in ran)
+    eager = {"aten::mul", "aten::add"} <= ran
+    if compiled != eager:
+        print("f_compiled under SAC: ran %s (pytorch/pytorch#161889 %s)" % (
+            ("compiled code", "does not reproduce") if compiled else ("eagerly: aten::mul, aten::add", "reproduces")))
+        sys.exit(1 if eager else 0)
+    print("f_compiled under SAC: cannot tell (compiled regions: %s, eager aten::mul/add: %s)" % (compiled, eager))
+    sys.exit(125)
 # ==== end of the report's code ====================================================================
 
 

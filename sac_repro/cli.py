@@ -19,7 +19,7 @@ from . import outputs, plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from .exits import (codes_help, end_group, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
                     OutputError, raised_by_this_bundle, UsageError)
-from .render import PROGRESS, render_markdown, render_policy_markdown, render_text
+from .render import PROGRESS, render_markdown, render_policy_markdown, render_text, rerun_command
 from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
 
@@ -173,7 +173,7 @@ def run(script_path, argv):
         return report["exit_code"]
     if args.json:
         outputs.write_text(args.json, as_json + "\n", "--json")
-    command = ("python %s %s" % (os.path.basename(script_path), " ".join(argv))).strip()
+    command = rerun_command(report, script_path, argv)
     if args.policy_report:
         emit(render_policy_markdown(report, command, collect_env() if report["env"].get("torch") else None,
                                     getattr(args, "bench", None)))

@@ -8,6 +8,8 @@ import collections
 import functools
 import gc
 import json
+import logging
+import os
 import platform
 import re
 import subprocess
@@ -18,12 +20,18 @@ import types
 
 import torch
 
+from .changes import torch_changes
 from .exits import EXIT_OK, Interrupted, one_line, raised_by_this_bundle
 from .render import PROGRESS, REPORT_END
 from .verdict import CASE, classify, CONTROL, CPU_MATMUL_OPS, NO_POLICY_CHECK, POLICY_REPORT_ONLY, refused_to_run_eagerly, SCENARIOS
 
 PROFILED_CALLS = 3  # each judged on its own: one compiled call must not hide two eager ones
 TIMED_CALLS = 20
+# Dynamo's words when it skips a frame: the record it logs at debug level (2.5-2.8 compute the
+# reason only then), and each frame that the fullgraph error lists (2.12 and later).
+DYNAMO_LOGGER = "torch._dynamo.convert_frame"
+SKIP_RECORD = re.compile(r"skipping: (?P<frame>\S+) \(reason: (?P<reason>.*), file: (?P<file>.*)\)$", re.S)
+FULLGRAPH_FRAME = re.compile(r"^\s*- (?P<frame>\S+) \((?P<file>.*):\d+\): (?P<reason>.*)$", re.M)
 
 
 def progress(msg):
@@ -58,8 +66,47 @@ def fresh_code(fn):
                               fn.__defaults__, fn.__closure__)
 
 
+class DynamoSkips(logging.Handler):
+    """Dynamo's own reasons for skipping a frame of the report's script, where each came: the
+    evidence a maintainer looks at first. Evidence only: the verdict comes from what ran."""
+
+    def __init__(self, script):
+        super().__init__(logging.DEBUG)
+        self.script, self.where, self.seen = os.path.realpath(script), None, []
+
+    def install(self):
+        logger = logging.getLogger(DYNAMO_LOGGER)
+        logger.addHandler(self)
+        if logger.getEffectiveLevel() > logging.DEBUG:
+            logger.setLevel(logging.DEBUG)
+            # The debug records this turns on would reach torch's own log handler; unless
+            # TORCH_LOGS asked for them, nobody wants them printed.
+            logger.propagate = bool(os.environ.get("TORCH_LOGS"))
+        return self
+
+    def emit(self, record):
+        try:
+            m = SKIP_RECORD.match(record.getMessage())
+        except Exception:  # a record that cannot be formatted is not one of these
+            return
+        if m:
+            self.add(m, "log")
+
+    def from_error(self, e):
+        """The frames that fullgraph's "found no compiled frames" lists, with their reasons."""
+        for m in FULLGRAPH_FRAME.finditer(str(e)):
+            self.add(m, "fullgraph error")
+
+    def add(self, m, source):
+        if os.path.realpath(m["file"].strip()) != self.script:
+            return  # torch's own frames, skipped as skipfiles: not the report's code
+        entry = {"where": self.where, "frame": m["frame"], "reason": m["reason"].strip(), "source": source}
+        if entry not in self.seen:
+            self.seen.append(entry)
+
+
 # ----------------------------------------------------------------------------- the report's code
-def run_script(path, result):
+def run_script(path, result, skips):
     """Runs the script's text at module level, the report's block as written, then the scenarios.
     In two parts, so that a loop that raises (2.12+: fullgraph's "found no compiled frames")
     still leaves the set-up to measure. Returns the script's namespace."""
@@ -67,6 +114,7 @@ def run_script(path, result):
     report_part, _, scenario_part = source.partition(REPORT_END)
     namespace = {"__name__": "__sac_repro__", "__file__": path}
     progress("compiling f and running the report's two loops of 50 calls")
+    skips.where = "the report's loops"
     try:
         exec(compile(report_part, path, "exec"), namespace)
     except ImportError as e:
@@ -76,8 +124,10 @@ def run_script(path, result):
     except Exception as e:
         if "f_compiled" not in namespace or not refused_to_run_eagerly(e):
             raise
-        result["loops_error"] = one_line(e)
-        progress("a loop raised: " + result["loops_error"])
+        skips.from_error(e)
+        result["loops_error"] = first_sentence(e)
+        progress("a loop raised Dynamo's fullgraph error: " + first_sentence(e))
+    skips.where = None
     padding = "\n" * report_part.count("\n")  # keeps the line numbers of tracebacks right
     exec(compile(padding + REPORT_END + scenario_part, path, "exec"), namespace)
     missing = [name for name in namespace["REPORT_NAMES"] if name not in namespace]
@@ -181,31 +231,46 @@ def ancestor_names(e):
         yield e.name
 
 
-def measure_scenario(step, device, policy_seen, timeline):
+def measure_scenario(name, step, device, policy_seen, timeline, skips):
     """One scenario: a first call (compiles), then each profiled call, then timing."""
     entry = {"calls": []}
     policy_seen.clear()
+    skips.where = "%s, first call" % name
     try:
         step()
     except Exception as e:
         if not refused_to_run_eagerly(e):
             raise
-    for _ in range(PROFILED_CALLS):
+        skips.from_error(e)
+    for i in range(PROFILED_CALLS):
+        skips.where = "%s, profiled call %d" % (name, i + 1)
         try:
             entry["calls"].append(profile_call(step, device, timeline))
         except Exception as e:
             if not refused_to_run_eagerly(e):
                 raise
-            entry["calls"].append({"names": [], "refused": one_line(e)})
+            skips.from_error(e)
+            entry["calls"].append({"names": [], "refused": first_sentence(e)})
+    skips.where = None
     if not any("refused" in c for c in entry["calls"]):
         entry["forward_us"] = time_forward_us(step, device)
     entry["policy_saw"] = sorted([op, decision, n] for (op, decision), n in policy_seen.items())
     return entry
 
 
+def first_sentence(e):
+    """'RuntimeError: torch.compile with fullgraph=True found no compiled frames.': the error's
+    first sentence, whole; the frames it lists go to DynamoSkips, each on its own."""
+    text = " ".join(str(e).split())
+    end = text.find(". ")
+    return "%s: %s" % (type(e).__name__, text if end < 0 else text[:end + 1])
+
+
 def measure(path, device, loops_only, policy_report, timeline, result):
+    skips = DynamoSkips(path).install()
+    result["dynamo_skips"] = skips.seen  # filled as the report's code and the scenarios run
     try:
-        namespace = run_script(path, result)
+        namespace = run_script(path, result, skips)
     except NoSacApi as e:
         result.update(status="cannot_test", reason="torch %s lacks the public SAC API the report "
                       "imports (CheckpointPolicy, create_selective_checkpoint_contexts ship from "
@@ -229,7 +294,7 @@ def measure(path, device, loops_only, policy_report, timeline, result):
     for name, step in chosen.items():
         progress("scenario %s: %d profiled calls" % (name, PROFILED_CALLS))
         try:
-            scenarios[name] = measure_scenario(step, device, policy_seen, timeline)
+            scenarios[name] = measure_scenario(name, step, device, policy_seen, timeline, skips)
         except Exception as e:
             if name in (CONTROL, CASE):
                 raise
@@ -240,6 +305,7 @@ def measure(path, device, loops_only, policy_report, timeline, result):
         entry = scenarios[name]
         if name in NO_POLICY_CHECK or "error" in entry or any("refused" in c for c in entry["calls"]):
             continue
+        skips.where = "%s, backward" % name
         try:
             entry["backward_matmuls"] = backward_matmuls(step, device)
         except Exception as e:  # e.g. 2.9: backward through checkpoint(compiled f) raises in Dynamo
@@ -264,6 +330,11 @@ def child_main(path, out_path, device_arg, loops_only, policy_report, timeline):
     except BaseException as e:
         result.update(status="our_bug" if raised_by_this_bundle(e) else "torch_error",
                       reason=one_line(e), traceback=traceback.format_exc())
+    try:  # after the run, so that what the report's code imported (SAC, Dynamo) is there to be read
+        result["env"]["changes"] = torch_changes(torch)
+    except Exception as e:  # never "no changes" where they could not be read
+        result.update(status="our_bug", reason="reading what changed torch in-process: " + one_line(e),
+                      traceback=traceback.format_exc())
     with open(out_path, "w") as fh:
         json.dump(result, fh)
     return EXIT_OK

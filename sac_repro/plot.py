@@ -46,6 +46,8 @@ def title(report):
     env = report.get("env") or {}
     if env.get("torch"):
         where = "torch %s | %s" % (env["torch"], env.get("gpu") or env.get("device"))
+        if report.get("torch_changes"):
+            where += " | " + "; ".join(c["label"] for c in report["torch_changes"])
     else:
         kind, _, path = report["source"].partition(" ")
         where = "%s %s | device %s (a capture records no torch version)" % (kind, os.path.basename(path), report["device"])

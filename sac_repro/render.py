@@ -2,14 +2,16 @@
 issue: the report's code as run, expected and actual, the evidence, then collect_env.
 """
 import os
+import shlex
 
 from .verdict import abridge, B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, WORKAROUND, WRAPPED
 
 PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
 REPORT_BEGIN = "# ==== the report's code"
 REPORT_END = "# ==== end of the report's code"
-EXPECTED = ("the compiled f runs Inductor kernels under SAC, and the policy's `MUST_SAVE` on "
-            "`aten.mm.default` keeps the forward matmul out of backward")
+BUNDLE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPECTED = "the compiled f runs compiled code (Inductor kernels) under SAC, as it does under a plain checkpoint"
+POLICY_HEADING = "#### A second finding: the policy never sees the compiled matmul"
 TABLE_HEADER = ("scenario", "compiled calls", "eager pointwise ops", "kernels", "fwd/call")
 
 
@@ -24,7 +26,40 @@ def environment_line(env):
     keys = (("python", "python"), ("torch", "torch"), ("torch_git", "git"), ("triton", "triton"),
             ("cuda_runtime", "CUDA runtime"), ("gpu", "GPU"), ("driver", "driver"),
             ("device", "device"), ("nvtx", "nvtx"))
-    return " | ".join("%s %s" % (label, env[k]) for k, label in keys if env.get(k))
+    line = " | ".join("%s %s" % (label, env[k]) for k, label in keys if env.get(k))
+    return line + (" | changed: " + changes_said(env["changes"]) if env.get("changes") else "")
+
+
+def shown_path(path):
+    """A file of the bundle by its path in the bundle (as the commands run from its folder)."""
+    rel = os.path.relpath(path, BUNDLE)
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
+def changes_said(changes):
+    """'the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)': what changed the
+    torch under test in-process, as the child read it from torch (changes.py)."""
+    return "; ".join(c["label"] + (" (%s)" % shown_path(c["file"]) if c.get("file") else "") for c in changes)
+
+
+def rerun_command(report, script_path, argv):
+    """The command that reruns what ran: with the PYTHONPATH (and the variables) that loaded each
+    in-process change of torch, or a reader who reruns it tests another torch."""
+    prefix = []
+    for c in report.get("torch_changes") or []:
+        prefix += ["%s=%s" % (k, shlex.quote(v)) for k, v in sorted(c.get("env", {}).items())]
+        if c.get("pythonpath"):
+            prefix.append("PYTHONPATH=" + shlex.quote(shown_path(c["pythonpath"])))
+    return " ".join(prefix + ["python", os.path.basename(script_path)] + [shlex.quote(a) for a in argv])
+
+
+def dynamo_lines(report):
+    """Dynamo's own words for each skip of a frame of the report's code, whole, one line each,
+    with where it first came (the child records them: measure.DynamoSkips)."""
+    first = {}
+    for s in report.get("dynamo_skips") or []:
+        first.setdefault((s["frame"], s["reason"]), s["where"] or "outside the measured calls")
+    return ["dynamo (%s): skipping: %s (reason: %s)" % (where, frame, reason) for (frame, reason), where in first.items()]
 
 
 def scenario_rows(report):
@@ -38,6 +73,8 @@ def scenario_rows(report):
             kernels += ", +%d more" % (len(s["kernels"]) - 4)
         if s.get("error"):
             kernels = "error: " + s["error"][:60]
+        elif s.get("refused") and eager == "-":
+            eager = "none: Dynamo raised"
         fwd = "%.0f us" % s["forward_us"] if s.get("forward_us") else "-"
         rows.append((name, ran, eager, kernels, fwd))
     return rows
@@ -91,29 +128,40 @@ def verdict_line(report):
     return "VERDICT: %s (exit %d): %s" % (report["verdict"], report["exit_code"], report["reason"])
 
 
+def headline(report):
+    """The paste's first words: whether this run shows pytorch/pytorch#161889, and nothing else."""
+    if report["verdict"] == "cannot_test":
+        return "**This build cannot show pytorch/pytorch#161889**: %s." % report["reason"]
+    case = report["scenarios"][CASE]
+    if case["eager_calls"]:
+        return "**This run reproduces pytorch/pytorch#161889**: the compiled f ran eagerly under SAC in " \
+               "%d of %d calls." % (case["eager_calls"], len(case["calls"]))
+    return "**This run does not reproduce pytorch/pytorch#161889**: the compiled f ran compiled code under " \
+           "SAC in all %d calls." % len(case["calls"])
+
+
 def actual(report):
-    """What this run showed, in one sentence."""
+    """What this run showed of the bug, in one sentence, with Dynamo's own first word on it."""
     if report["verdict"] == "cannot_test":
         return "this build could not be tested: " + report["reason"]
     case = report["scenarios"][CASE]
-    if case["eager_calls"]:
-        return "the compiled f ran eagerly under SAC: " + report["reason"]
-    said = "the compiled f ran Inductor kernels under SAC in all %d calls" % len(case["calls"])
-    policy = report["policy"]
-    recomputed = policy.get("with_context_matmul_recomputed_in_backward")
-    asked = [op for op, _, _ in (policy.get("ops_seen") or {}).get(CASE, [])]
-    about = ""
-    if asked:
-        about = "the policy was asked about %s%s, and " % (
-            ", ".join("`%s`" % op for op in asked),
-            "" if "aten.mm.default" in asked else ", never `aten.mm.default`")
-    if recomputed:
-        c = policy["backward_matmuls"]
-        return "%s; but %sbackward ran the forward matmul again (%d matmuls in backward against %d " \
-               "where it is saved)" % (said, about, c[CASE], policy["baseline"])
-    if recomputed is False:
-        return "%s, and %sthe policy kept the forward matmul out of backward" % (said, about)
-    return "%s; whether the policy held was not measured (%s)" % (said, policy.get("reason", "?"))
+    if not case["eager_calls"]:
+        return "the compiled f ran Inductor kernels under SAC in all %d calls" % len(case["calls"])
+    said = "the compiled f ran eagerly under SAC: " + report["reason"]
+    quoted = dynamo_lines(report)
+    return said + ("; Dynamo said `%s`" % quoted[0].split(": ", 1)[1] if quoted else "")
+
+
+def policy_section(report):
+    """The policy's finding, apart from the bug: only where the compiled f ran under SAC."""
+    case, policy = report["scenarios"][CASE], report["policy"]
+    if report["verdict"] == "cannot_test" or case["eager_calls"] or not policy_lines(policy):
+        return []
+    ignored = policy.get("with_context_matmul_recomputed_in_backward")
+    heading = POLICY_HEADING if ignored else "#### The SAC policy under `sac(compile(f))`"
+    return ["", heading, "", "Not pytorch/pytorch#161889 itself: %s. Its own report: `--policy-report`; "
+            "region-level policies upstream: pytorch/pytorch#175229; the bundle's `docs/policy.md`." %
+            policy_actual(report), ""] + ["%s  " % l for l in policy_lines(policy)]
 
 
 def table(rows, header):
@@ -139,11 +187,13 @@ def render_text(report):
         n = report["other_ranges"]
         out.append("%d other NVTX range%s ignored: not named as the report's loops name their calls"
                    % (n, " was" if n == 1 else "s were"))
+    out += dynamo_lines(report)
     out += policy_lines(report["policy"])
     if report["errors"].get("loops_error"):
-        out.append("the report's loops raised: " + report["errors"]["loops_error"])
+        out.append("the report's loops raised Dynamo's error for a fullgraph=True function it skipped: "
+                   + report["errors"]["loops_error"])
     out.append(verdict_line(report))
-    if report["verdict"] == "reproduced" and report["scenarios"][CASE]["eager_calls"]:
+    if report["verdict"] == "reproduced" and report["scenarios"][CASE]["eager_calls"] and not dynamo_lines(report):
         out.append("hint: " + DYNAMO_HINT)
     return "\n".join(out)
 
@@ -152,8 +202,10 @@ def torch_line(report):
     env = report["env"]
     if not env.get("torch"):
         return report["source"]
-    return "torch %s (git %s) on %s" % (env.get("torch"), (env.get("torch_git") or "?")[:12],
-                                       env.get("gpu") or env.get("device"))
+    changed = report.get("torch_changes")
+    return "torch %s (git %s) on %s%s" % (env.get("torch"), (env.get("torch_git") or "?")[:12],
+                                         env.get("gpu") or env.get("device"),
+                                         ", **%s**" % changes_said(changed) if changed else "")
 
 
 def versions_details(env, collect_env):
@@ -162,9 +214,8 @@ def versions_details(env, collect_env):
 
 
 def render_markdown(report, command, script_path, collect_env):
-    env = report["env"]
     out = ["### torch.compile'd function called inside selective activation checkpointing (pytorch/pytorch#161889)",
-           "", "%s. Command: `%s`" % (torch_line(report), command), "",
+           "", headline(report), "", "%s. Command: `%s`" % (torch_line(report), command), "",
            "- **Expected:** %s." % EXPECTED,
            "- **Actual:** %s." % actual(report),
            "- **Verdict:** `%s` (exit %d)" % (report["verdict"], report["exit_code"]), ""]
@@ -172,12 +223,12 @@ def render_markdown(report, command, script_path, collect_env):
         out += ["Picture of the evidence (`--plot`): attach `%s` here." % os.path.basename(report["plot"]), ""]
     rows = scenario_rows(report)
     if rows:
-        out += markdown_table(rows, TABLE_HEADER) + [""]
-    out += ["%s  " % l for l in policy_lines(report["policy"])]
+        out += markdown_table(rows, TABLE_HEADER)
+    out += policy_section(report)
     out += ["", "<details><summary>Repro: the report's code as it ran (standalone; [changed] and "
-            "[added] mark the edits to the report)</summary>", "", "```python",
-            report_code(script_path).rstrip(), "```", "", "</details>", ""]
-    out += versions_details(env, collect_env)
+            "[added] mark the edits to the report; it prints its answer and exits 1 where f ran eagerly)"
+            "</summary>", "", "```python", report_code(script_path).rstrip(), "```", "", "</details>", ""]
+    out += versions_details(report["env"], collect_env)
     return "\n".join(out)
 
 

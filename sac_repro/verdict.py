@@ -66,8 +66,9 @@ FAMILIES = (("inductor", re.compile(r"^(?:triton_|(?:graph_\d+_)?cpp_fused_)")),
 # What the verdict makes of a name, in this order (the pictures draw them so).
 CLASSES = ("compiled", "eager", "matmul", "other")
 Kind = collections.namedtuple("Kind", "family cls kernel")
-DYNAMO_HINT = ("Dynamo's own reason for the skip: rerun with TORCH_LOGS=+dynamo and look for "
-               "'skipping: f (reason: non-infra torch dispatch mode present ...)'.")
+DYNAMO_HINT = ("Dynamo's own reason for the skip: run the script itself (python3 "
+               "torch_compile_selective_activation_checkpoint.py); its report quotes Dynamo's "
+               "'skipping: f (reason: ...)'.")
 
 
 @functools.lru_cache(maxsize=None)
@@ -236,7 +237,8 @@ def new_report(source, env):
     """The keys every report has, in --json and on screen, whatever the evidence."""
     return {"schema": SCHEMA, "verdict": None, "exit_code": None, "reason": None, "source": source,
             "torch_version": env.get("torch"), "torch_git_version": env.get("torch_git"),
-            "device": env.get("device"), "env": env, "scenarios": {}, "policy": {}, "errors": {}}
+            "device": env.get("device"), "env": env, "torch_changes": env.get("changes", []),
+            "dynamo_skips": [], "scenarios": {}, "policy": {}, "errors": {}}
 
 
 def settle(report, verdict, reason, terms):
@@ -252,6 +254,7 @@ def report_from_child(raw, terms, strict_policy):
     for key in ("loops_error", "traceback"):
         if raw.get(key):
             report["errors"][key] = raw[key]
+    report["dynamo_skips"] = raw.get("dynamo_skips", [])
     if raw["status"] != "ok":
         return settle(report, "cannot_test", raw["reason"], terms)
     for name, entry in raw["scenarios"].items():
