@@ -15,8 +15,10 @@ import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+from .changes import torch_changes
 from .exits import CannotTest, UsageError
 from .measure import backward_matmuls, fresh_code
+from .render import changes_said
 from .verdict import B_EAGER, B_EAGER_SAC, B_NO_CHECKPOINT, B_REPORTED, B_WORKAROUND, B_WRAPPED
 
 MATMULS = [torch.ops.aten.mm.default]
@@ -219,6 +221,9 @@ def measure(args):
         model = None  # frees this arrangement before the next is built
         if args.device == "cuda":
             torch.cuda.empty_cache()
+    changed = torch_changes(torch)  # after the runs: what they imported (SAC, Dynamo) is there to be read
+    if changed:
+        say("torch changed in-process: " + changes_said(changed))
     base = rows[WORKAROUND]
     say("%-55s %12s %17s %8s %10s %8s %13s" % ("arrangement", "fwd+bwd ms", "p25-p75 ms",
                                                "x time", "peak GiB", "x mem", "bwd matmuls"))
@@ -235,7 +240,7 @@ def measure(args):
     table = {"schema": 1, "torch": torch.__version__, "git": torch.version.git_version, "device": gpu,
              "world": world, "fsdp": args.fsdp, "hidden": args.hidden, "tokens": args.tokens,
              "layers": args.layers, "dtype": str(args.dtype).replace("torch.", ""), "small": args.small,
-             "date": time.strftime("%Y-%m-%d"), "baseline": WORKAROUND, "rows": rows}
+             "date": time.strftime("%Y-%m-%d"), "baseline": WORKAROUND, "rows": rows, "changes": changed}
     if args.fsdp:
         dist.destroy_process_group()
     return table if rank == 0 else None

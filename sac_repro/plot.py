@@ -229,9 +229,10 @@ def draw_bench(table, path):
                     fontsize=8)
     for ax in (ax_t, ax_m):
         ax.set_xlim(0, ax.get_xlim()[1] * 1.45)
-    fig.suptitle("torch %s on %s%s: %d blocks, hidden %d, %d tokens, %s%s\norange: the reported "
+    fig.suptitle("torch %s%s on %s%s: %d blocks, hidden %d, %d tokens, %s%s\norange: the reported "
                  "sac(compile(block)); green: compile(sac(block)), the workaround and the baseline" % (
-        table["torch"], "%d x " % table["world"] if table.get("fsdp") else "", table["device"], table["layers"],
+        table["torch"], "".join(", " + c["label"] for c in table.get("changes") or []),
+        "%d x " % table["world"] if table.get("fsdp") else "", table["device"], table["layers"],
         table["hidden"], table["tokens"], table["dtype"], " (--small: not a measurement)" if table.get("small") else ""),
         fontsize=9, x=0.01, ha="left")
     fig.tight_layout()

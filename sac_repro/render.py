@@ -376,8 +376,9 @@ def supported_and_open(report, bench):
 
 
 def bench_setup(bench):
-    return "%s, torch %s, %d blocks of hidden %d, %d tokens%s, %s%s" % (
-        bench["device"], bench["torch"], bench["layers"], bench["hidden"], bench["tokens"],
+    return "%s, torch %s%s, %d blocks of hidden %d, %d tokens%s, %s%s" % (
+        bench["device"], bench["torch"], "".join(" (%s)" % c["label"] for c in bench.get("changes") or []),
+        bench["layers"], bench["hidden"], bench["tokens"],
         " per rank" if bench.get("fsdp") else "", bench["dtype"],
         ", FSDP2 over %d ranks" % bench["world"] if bench.get("fsdp") else "")
 

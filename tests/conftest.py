@@ -80,24 +80,49 @@ def run_json(python, tmp_path, *args, **kw):
     return rc, json.loads(out.read_text()), stdout, stderr
 
 
-@pytest.fixture(scope="session")
-def fixed_run(tmp_path_factory):
-    """The torch of this environment (the test set-up pins a fixed release, 2.13.0), run once for
-    the whole session, pytest-xdist's workers included (they share the parent of their temp
-    folders): (exit code, JSON report, its text as the script prints it, stderr, markdown)."""
+def shared_run(tmp_path_factory, name, command):
+    """A run of the script made once for the whole session, pytest-xdist's workers included (they
+    share the parent of their temp folders): the first worker runs it, the others wait and read it.
+    `command` is a shell command run in the bundle's folder, `python` being this environment's, with
+    {json} for its --json path: (exit code, JSON report, stdout, stderr)."""
     import fcntl
-    from sac_repro import render
     shared = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else \
         tmp_path_factory.getbasetemp()
-    with open(shared / "fixed_run.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker runs it, the others wait and read it
-        cached = shared / "fixed_run.json"
+    with open(shared / (name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = shared / (name + ".json")
         if not cached.exists():
-            rc, report, markdown, stderr = run_json(sys.executable, tmp_path_factory.mktemp("fixed"),
-                                                    "--device", "cpu", "--markdown")
-            cached.write_text(json.dumps([rc, report, markdown, stderr]))
-        rc, report, markdown, stderr = json.loads(cached.read_text())
+            out = tmp_path_factory.mktemp(name) / "report.json"
+            env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+            env.pop("PYTHONPATH", None)
+            proc = subprocess.run(["bash", "-c", command.format(json=out)], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=900)
+            assert out.exists(), "no JSON written; exit %d\n%s\n%s" % (proc.returncode, proc.stdout, proc.stderr)
+            cached.write_text(json.dumps([proc.returncode, json.loads(out.read_text()), proc.stdout, proc.stderr]))
+        return json.loads(cached.read_text())
+
+
+# As a user types them, in the bundle's folder: the markdown's Command must give them back.
+FIXED_COMMAND = "python torch_compile_selective_activation_checkpoint.py --device cpu --markdown"
+REVERTED_COMMAND = "PYTHONPATH=tools/revert_fix " + FIXED_COMMAND
+
+
+@pytest.fixture(scope="session")
+def fixed_run(tmp_path_factory):
+    """The torch of this environment (the test set-up pins a fixed release, 2.13.0), as shipped:
+    (exit code, JSON report, its text as the script prints it, stderr, markdown)."""
+    from sac_repro import render
+    rc, report, markdown, stderr = shared_run(tmp_path_factory, "fixed_run", FIXED_COMMAND + " --json {json}")
     assert tuple(int(v) for v in report["torch_version"].split(".")[:2]) >= (2, 10), report["torch_version"]
+    return rc, report, render.render_text(report), stderr, markdown
+
+
+@pytest.fixture(scope="session")
+def reverted_run(tmp_path_factory):
+    """The same torch with the 2.10 fix reverted in-process by tools/revert_fix, as the README
+    says to see the bug on a fixed torch: as fixed_run."""
+    from sac_repro import render
+    rc, report, markdown, stderr = shared_run(tmp_path_factory, "reverted_run", REVERTED_COMMAND + " --json {json}")
     return rc, report, render.render_text(report), stderr, markdown
 
 
@@ -249,7 +274,8 @@ def pytest_configure(config):
 # Tests that share a costly fixture run on one pytest-xdist worker (`--dist loadgroup`): one run of
 # the script, one nightly history and one template environment, never one per worker, and no
 # worker idle while another makes them.
-SHARED = {"fixed_run": "fixed_run", "nightly_world": "nightlies", "quick_venv": "nightlies"}
+SHARED = {"fixed_run": "fixed_run", "reverted_run": "reverted_run", "nightly_world": "nightlies",
+          "quick_venv": "nightlies"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

@@ -31,18 +31,25 @@ def check(proc):
 
 
 @pytest.mark.release
-def test_bench_smoke_runs_every_arrangement(tmp_path):
-    """Also its --json (the policy report's cost) and its --plot, drawn from that same table. It
-    compiles six arrangements, forward and backward: most of a minute from an empty Inductor cache,
-    hence the release tier."""
+@pytest.mark.parametrize("revert", [False, True], ids=["as-shipped", "fix-reverted"])
+def test_bench_smoke_runs_every_arrangement(tmp_path, revert):
+    """Also its --json (the policy report's cost) and its --plot, drawn from that same table, each
+    naming the fix reverted in-process where it was. It compiles six arrangements, forward and
+    backward: most of a minute from an empty Inductor cache, hence the release tier."""
     args = ["--json", str(tmp_path / "bench.json")]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if revert:
+        env["PYTHONPATH"] = os.path.join(ROOT, "tools", "revert_fix")
     has_matplotlib = importlib.util.find_spec("matplotlib") is not None
     if has_matplotlib:
         args += ["--plot", str(tmp_path / "bench.png")]
     proc = subprocess.run([sys.executable, BENCH, "--device", "cpu", "--small"] + args,
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+                          capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
     check(proc)
     table = json.loads((tmp_path / "bench.json").read_text())
+    assert [c["label"] for c in table["changes"]] == (["the 2.10 fix reverted in-process"] if revert else [])
+    assert ("torch changed in-process: the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)"
+            in proc.stdout.splitlines()) == revert
     assert list(table["rows"]) == list(ARRANGEMENTS) and table["baseline"] == "compile(sac(block)) [workaround]"
     printed = {l[:55].strip(): l.split() for l in proc.stdout.splitlines() if l[:55].strip() in ARRANGEMENTS}
     for name, row in table["rows"].items():

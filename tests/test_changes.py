@@ -1,0 +1,97 @@
+"""What torch really ran: a run with the 2.10 fix reverted in-process says so in each of its outputs
+(read from torch itself, sac_repro/changes.py), and Dynamo's own reason for skipping f is in the
+report, whole (measure.DynamoSkips). On torch 2.13 (this environment's), as shipped and reverted."""
+import os
+import re
+import subprocess
+import sys
+
+from conftest import FIXED_COMMAND, REVERTED_COMMAND, ROOT
+from sac_repro import changes, plot
+
+REVERT = os.path.join(ROOT, "tools", "revert_fix")
+DYNAMO_REASON = "skipping: f (reason: non-infra torch dispatch mode present, this is not supported today in torch.compile)"
+
+
+def command_of(markdown):
+    return re.search(r"Command: `([^`]*)`", markdown).group(1)
+
+
+def test_a_reverted_run_says_so_in_every_output(reverted_run):
+    rc, report, text, _, markdown = reverted_run
+    assert rc == 1 and report["verdict"] == "reproduced"
+    assert [c["label"] for c in report["torch_changes"]] == [changes.REVERTED]          # --json
+    assert report["torch_changes"][0]["file"] == os.path.join(REVERT, "sitecustomize.py")
+    env_line = text.splitlines()[0]                                                     # the text
+    assert env_line.endswith("| changed: the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)")
+    assert "torch 2.13" in markdown and "**the 2.10 fix reverted in-process" in markdown.splitlines()[4]
+    assert changes.REVERTED in plot.title(report)                                       # --plot
+
+
+def test_the_markdown_command_reruns_what_ran(reverted_run, fixed_run):
+    """The fixtures ran these commands as typed; the paste must quote them back, not a bare python."""
+    for run, typed in ((reverted_run, REVERTED_COMMAND), (fixed_run, FIXED_COMMAND)):
+        assert re.fullmatch(re.escape(typed) + r" --json \S+report\.json", command_of(run[4])), command_of(run[4])
+
+
+def test_the_shipped_torch_says_nothing_changed(fixed_run):
+    _, report, text, _, markdown = fixed_run
+    assert report["torch_changes"] == [] and "changed:" not in text and "in-process" not in markdown.splitlines()[4]
+
+
+def run_python(code, pythonpath=None):
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r)\n" % ROOT + code],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return eval(proc.stdout.strip().splitlines()[-1])
+
+
+READ = "import torch, torch.utils.checkpoint\nfrom sac_repro.changes import torch_changes\n"
+
+
+def test_the_revert_is_read_from_torch_not_from_the_environment():
+    """Whoever undoes the fix, and however: the modes' answer on a torch that ships it tells."""
+    by_hand = READ + ("for m in (torch.utils.checkpoint._CachingTorchDispatchMode, torch.utils.checkpoint._CachedTorchDispatchMode):\n"
+                      "    m.ignore_compile_internals = classmethod(lambda cls: False)\n"
+                      "print(repr([c['label'] for c in torch_changes(torch)]))")
+    assert run_python(by_hand) == [changes.REVERTED]
+    assert run_python(READ + "print(repr(torch_changes(torch)))") == []
+    loaded = run_python(READ + "print(repr(torch_changes(torch)))", REVERT)
+    assert [(c["label"], c["pythonpath"]) for c in loaded] == [(changes.REVERTED, REVERT)]
+
+
+def test_another_change_of_torch_is_named_by_its_file():
+    code = READ + ("torch.utils.checkpoint.create_selective_checkpoint_contexts = lambda *a: None\n"
+                   "print(repr(torch_changes(torch)))")
+    (found,) = run_python(code)
+    assert found["label"].startswith("torch changed in-process by ") and "create_selective_checkpoint_contexts" in found["label"]
+
+
+def test_dynamo_reason_is_in_the_report_whole(reverted_run):
+    rc, report, text, stdout, markdown = reverted_run
+    lines = text.splitlines()
+    assert "dynamo (the report's loops): " + DYNAMO_REASON in lines
+    assert not any(l.startswith("hint:") for l in lines)  # the line a hint would point to is there
+    actual = next(l for l in markdown.splitlines() if l.startswith("- **Actual:**"))
+    assert "Dynamo said `%s`" % DYNAMO_REASON in actual
+    raised = next(l for l in lines if l.startswith("the report's loops raised"))
+    assert raised.endswith("RuntimeError: torch.compile with fullgraph=True found no compiled frames.")
+
+
+def test_a_shipped_torch_shows_no_dynamo_skip(fixed_run):
+    _, report, text, _, _ = fixed_run
+    assert report["dynamo_skips"] == [] and not any(l.startswith("dynamo (") for l in text.splitlines())
+
+
+def test_one_finding_per_heading(fixed_run, reverted_run):
+    fixed = fixed_run[4].split("<details>")[0].splitlines()
+    assert fixed[2] == ("**This run does not reproduce pytorch/pytorch#161889**: the compiled f ran "
+                        "compiled code under SAC in all 3 calls.")
+    heading = fixed.index("#### A second finding: the policy never sees the compiled matmul")
+    before, after = "\n".join(fixed[:heading]), "\n".join(fixed[heading:])
+    assert "MUST_SAVE" not in before and "aten.mm" not in before  # the bug, and only the bug, first
+    assert "pytorch/pytorch#175229" in after and "docs/policy.md" in after and "policy (MUST_SAVE aten.mm)" in after
+    reverted = reverted_run[4].split("<details>")[0]
+    assert reverted.splitlines()[2].startswith("**This run reproduces pytorch/pytorch#161889**")
+    assert "second finding" not in reverted
