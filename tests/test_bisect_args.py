@@ -24,7 +24,7 @@ from conftest import data
 from wheels import BISECT, nightly_repo, PYTAG, repro_python, ROOT, serve_index
 
 import bisect_torch
-from sac_repro import builds, exits, verdict
+from sac_repro import envs, exits, indexes, verdict
 
 pytestmark = pytest.mark.unit
 
@@ -75,8 +75,8 @@ def stop_at_install(monkeypatch, cache):
 
     def ensure_venv(build, *a, **k):
         asked.append(build.wheel)
-        raise builds.Untestable("stopped before the install of %s" % build.wheel)
-    monkeypatch.setattr(builds, "ensure_venv", ensure_venv)
+        raise exits.Untestable("stopped before the install of %s" % build.wheel)
+    monkeypatch.setattr(envs, "ensure_venv", ensure_venv)
     return asked
 
 
@@ -236,23 +236,23 @@ def index_texts(draw):
 def test_the_index_is_read_as_the_oracle_reads_it(text):
     want = index_oracle(text)
     try:
-        got = builds.parse_index(text)
+        got = indexes.parse_index(text)
     except exits.UsageError as e:
         assert want is None, (text, e)
         assert "\n" not in str(e)
         return
     assert want is not None, (text, got)
     if want[0] == "folder":
-        assert got == want[1] and not builds.is_url(got), (text, got)
+        assert got == want[1] and not indexes.is_url(got), (text, got)
     else:
-        assert builds.is_url(got) and urllib.parse.urlsplit(got).hostname == urllib.parse.urlsplit(text).hostname
+        assert indexes.is_url(got) and urllib.parse.urlsplit(got).hostname == urllib.parse.urlsplit(text).hostname
 
 
 @given(st.lists(st.text(alphabet=string.ascii_letters + string.digits + " %+-_.\u00e9", min_size=1), min_size=1,
                 max_size=4))
 def test_a_file_url_of_a_folder_is_that_folder(parts):
     path = "/" + "/".join(parts)
-    assert builds.parse_index("file://" + urllib.parse.quote(path)) == path
+    assert indexes.parse_index("file://" + urllib.parse.quote(path)) == path
 
 
 @pytest.mark.parametrize("index", ["http://[::1", "htp://x", "http://", "https:///whl", "file://elsewhere/wheels",
@@ -340,7 +340,7 @@ def test_latest_is_the_newest_date_with_a_wheel_for_this_python_and_platform(mon
     for name in (nightly_name("2025-09-07"), nightly_name("2025-09-08", py="cp39"),
                  nightly_name("2025-09-08", plat="manylinux_2_28_aarch64")):
         wheel_file(str(tmp_path), name)
-    assert builds.latest_date(builds.torch_wheel_files(str(tmp_path))) == "2025-09-07"
+    assert indexes.latest_date(indexes.torch_wheel_files(str(tmp_path))) == "2025-09-07"
     asked = stop_at_install(monkeypatch, tmp_path / "cache")
     assert main("nightly", "latest", "--index", tmp_path)[0] == 125
     assert asked == [nightly_name("2025-09-07")]
@@ -391,7 +391,7 @@ def test_the_repros_answer_is_the_nightlys_exit_code(monkeypatch, folder, tmp_pa
     report = verdict.report_from_child(copy.deepcopy(CHILD[answer]), "regression", False) if answer else None
     python = repro_python(str(tmp_path / "env"), repro_rc, report)
     monkeypatch.setenv("SAC_REPRO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(builds, "ensure_venv", lambda build, *a, **k: python)
+    monkeypatch.setattr(envs, "ensure_venv", lambda build, *a, **k: python)
     got, out, err = main("nightly", "2025-09-07", "--index", folder)
     assert got == rc, (out, err)
     if rc == 128:
@@ -402,7 +402,7 @@ def test_the_repros_answer_is_the_nightlys_exit_code(monkeypatch, folder, tmp_pa
 
 # ----------------------------------------------------------------------------- the release search
 def search(monkeypatch, versions, verdicts, old, new):
-    monkeypatch.setattr(builds, "release_versions", lambda index: list(versions))
+    monkeypatch.setattr(indexes, "release_versions", lambda index: list(versions))
     tested = []
 
     def test_build(v, *a):
