@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 
 from .exits import say, UsageError
 
@@ -19,12 +20,54 @@ HELD = {}  # lock file -> its descriptor: one per file in this process, as flock
 
 
 # --------------------------------------------------------------------------- where it is
-def cache_dir(arg):
+def cache_dir(arg, make=False):
+    """The cache's folder: --cache, else $SAC_REPRO_CACHE, else ~/.cache/sac-compile-repro. A path
+    that cannot be one (a file on its way, a symlink that loops or leads nowhere, a filesystem that
+    holds no files, as /proc) is a usage error before any work, never an internal error at the first
+    write. With `make`, the folder is made where it is not there yet, and its lock file opened: a
+    cache that cannot be written fails here, before an index is read or a wheel hashed."""
     path = os.path.abspath(arg or os.environ.get("SAC_REPRO_CACHE")
                            or os.path.join(os.path.expanduser("~"), ".cache", "sac-compile-repro"))
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError("the cache %s is not a folder (--cache, or $SAC_REPRO_CACHE): name a folder" % path)
+    problem = cache_problem(path)
+    if problem is None and make:
+        try:
+            os.makedirs(path, exist_ok=True)
+            os.close(os.open(cache_lock(path), os.O_RDWR | os.O_CREAT, 0o644))
+        except OSError as e:
+            problem = "cannot be written (%s: %s)" % (e.filename, e.strerror or e)
+    if problem:
+        raise UsageError("the cache %s %s (--cache, or $SAC_REPRO_CACHE): name a folder you can write" % (
+            path, problem))
     return path
+
+
+def cache_problem(path):
+    """What makes `path` no folder for the cache, or None; made or written nothing. A folder on its
+    way that is not there yet is made by the first install."""
+    at = path
+    while True:
+        try:
+            st = os.stat(at)
+            break
+        except OSError as e:
+            if e.errno == errno.ENOENT and os.path.islink(at):
+                return where(path, at, "is a symlink to %s, which is not there" % os.readlink(at),
+                             "a symlink to %s, which is not there" % os.readlink(at))
+            if e.errno == errno.ELOOP and os.path.islink(at):
+                return where(path, at, "is a symlink that loops", "a symlink that loops")
+            if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                return where(path, at, "cannot be read (%s)" % e.strerror, "which cannot be read (%s)" % e.strerror)
+            at = os.path.dirname(at)
+    if not stat.S_ISDIR(st.st_mode):
+        return where(path, at, "is not a folder", "which is not a folder")
+    if shutil.disk_usage(at).total == 0:  # /proc, /sys: no file can be made there
+        return where(path, at, "is on a filesystem that holds no files", "on a filesystem that holds no files")
+    return None
+
+
+def where(path, at, itself, above):
+    """The words for what is wrong: with the cache's own path, or with a folder on its way."""
+    return itself if at == path else "lies under %s, %s" % (at, above)
 
 
 def venvs_dir(cache):

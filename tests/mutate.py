@@ -169,6 +169,15 @@ BUILDS_TESTS = "tests/test_builds.py"
 REPRO_ANSWER = "test_the_repros_answer_is_the_nightlys_exit_code"
 SEARCH = "test_the_search_finds_a_change_at_the_fourth_of_five or test_the_release_search_agrees_with_the_oracle"
 BISECT = [
+    mutant("a nightly's cache is not made and tried before the work",
+           "    cache = caches.cache_dir(args.cache, make=True)", "    cache = caches.cache_dir(args.cache)",
+           ARGS_TESTS, k="test_a_cache_that_cannot_be_one"),
+    mutant("a release's cache is not made and tried before the work",
+           "caches.cache_dir(args.cache, make=True)\n            build", "caches.cache_dir(args.cache)\n            build",
+           ARGS_TESTS, k="test_a_cache_that_cannot_be_one"),
+    mutant("a prune's cache is not made and tried first",
+           "    root = caches.cache_dir(args.cache, make=args.prune)", "    root = caches.cache_dir(args.cache)",
+           ARGS_TESTS, k="test_a_cache_that_cannot_be_one"),
     mutant("a repro that aborts (128) is a skip",
            "raise RuntimeError(\"the repro script failed", "raise Untestable(\"the repro script failed",
            ARGS_TESTS, k=REPRO_ANSWER),
@@ -317,7 +326,21 @@ INDEXES = [
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/caches.py
+CACHE_CHECKS = "test_a_cache_that_cannot_be_one or test_a_cache_from_the_environment"
 CACHES = [
+    mutant("a cache under a file is taken: an internal error at its first write",
+           "    if not stat.S_ISDIR(st.st_mode):", "    if False:", ARGS_TESTS, k=CACHE_CHECKS),
+    mutant("a cache that is a symlink loop is taken",
+           "            if e.errno == errno.ELOOP and os.path.islink(at):", "            if False:", ARGS_TESTS, k=CACHE_CHECKS),
+    mutant("a cache that is a symlink to nothing is taken",
+           "            if e.errno == errno.ENOENT and os.path.islink(at):", "            if False:", ARGS_TESTS, k=CACHE_CHECKS),
+    mutant("a cache under /proc is taken",
+           "    if shutil.disk_usage(at).total == 0:", "    if False:", ARGS_TESTS, k=CACHE_CHECKS),
+    mutant("a cache is not checked before any work",
+           "    problem = cache_problem(path)", "    problem = None", ARGS_TESTS, k=CACHE_CHECKS),
+    mutant("a cache that cannot be written is found only at its first write",
+           "            os.close(os.open(cache_lock(path), os.O_RDWR | os.O_CREAT, 0o644))", "            pass",
+           ARGS_TESTS, k=CACHE_CHECKS),
     mutant("an install goes ahead with too little free space",
            "    if free < needed:", "    if free < 0:",
            BUILDS_TESTS, k="test_too_little_free_space_aborts_before_any_install"),

@@ -335,6 +335,54 @@ def test_a_variant_that_is_no_index_name_is_a_usage_error(args, says):
     one_line(*main(*args), says)
 
 
+# ----------------------------------------------------------------------------- the cache
+def broken_cache(tmp_path, kind):
+    """A cache path that cannot be one, as a user may give it: (the path, the words that name what
+    is wrong with it)."""
+    if kind == "under a file":
+        (tmp_path / "a-file").write_text("")
+        return tmp_path / "a-file" / "cache", "%s, which is not a folder" % (tmp_path / "a-file")
+    if kind in ("a symlink loop", "under a symlink loop"):
+        os.symlink(tmp_path / "loop-b", tmp_path / "loop-a")
+        os.symlink(tmp_path / "loop-a", tmp_path / "loop-b")
+        if kind == "a symlink loop":
+            return tmp_path / "loop-a", "is a symlink that loops"
+        return tmp_path / "loop-a" / "cache", "%s, a symlink that loops" % (tmp_path / "loop-a")
+    if kind == "a symlink to nothing":
+        os.symlink(tmp_path / "gone" / "cache", tmp_path / "link")
+        return tmp_path / "link", "is a symlink to %s, which is not there" % (tmp_path / "gone" / "cache")
+    if kind == "under /proc":
+        return "/proc/sac-compile-repro", "/proc, on a filesystem that holds no files"
+    assert kind == "its lock a folder"  # a cache that looks whole, and cannot be written
+    (tmp_path / "cache" / "lock").mkdir(parents=True)
+    return tmp_path / "cache", "cannot be written (%s: Is a directory)" % (tmp_path / "cache" / "lock")
+
+
+CACHE_KINDS = ["under a file", "a symlink loop", "under a symlink loop", "a symlink to nothing", "under /proc"]
+
+
+@pytest.mark.parametrize("kind", CACHE_KINDS + ["its lock a folder"])
+@pytest.mark.parametrize("command", [["cache", "--prune", "--keep", "0"], ["nightly", "2025-09-07"], ["matrix", "2.9.1"],
+                                     ["cache"]])
+def test_a_cache_that_cannot_be_one_is_a_usage_error(monkeypatch, folder, tmp_path, kind, command):
+    """Once an internal error (FileExistsError, NotADirectoryError, FileNotFoundError) at the first
+    write, after the index was read; a listing showed an empty cache. The lock's folder is found
+    only by the commands that write."""
+    stop_at_install(monkeypatch, tmp_path / "unused")
+    cache, says = broken_cache(tmp_path, kind)
+    args = command + (["--index", folder] if command[0] in ("nightly", "matrix") else []) + ["--cache", cache]
+    if kind == "its lock a folder" and command == ["cache"]:
+        assert main(*args)[0] == 0  # nothing is written: nothing to refuse
+        return
+    one_line(*main(*args), "the cache %s" % cache, says, "name a folder")
+
+
+def test_a_cache_from_the_environment_is_checked_as_the_option_is(monkeypatch, tmp_path):
+    cache, says = broken_cache(tmp_path, "under a file")
+    monkeypatch.setenv("SAC_REPRO_CACHE", str(cache))
+    one_line(*main("cache", "--prune", "--keep", "0"), "the cache %s" % cache, says, "$SAC_REPRO_CACHE")
+
+
 # ----------------------------------------------------------------------------- latest
 def test_latest_is_the_newest_date_with_a_wheel_for_this_python_and_platform(monkeypatch, tmp_path):
     for name in (nightly_name("2025-09-07"), nightly_name("2025-09-08", py="cp39"),

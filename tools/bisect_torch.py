@@ -145,7 +145,7 @@ def install_nightly(day, args, expect=None):
     wheel = found[0][0]
     if len(found) > 1:
         say("several wheels for %s; taking %s over %s" % (day, wheel, ", ".join(w for w, _ in found[1:])))
-    cache = caches.cache_dir(args.cache)
+    cache = caches.cache_dir(args.cache, make=True)
     build = builds.wheel_build(wheel, wheels[wheel], index, cache)
     built_from = builds.wheel_git_version(build.file) if build.file else None
     if expect and build.file and built_from not in expect:
@@ -284,7 +284,7 @@ def test_build(version, args, table):
         if indexes.DAY.fullmatch(version) or version == "latest":
             version, python, wheel, built_from = install_nightly(version, args)
         else:
-            index, cache = indexes.release_index(args.variant, args.index), caches.cache_dir(args.cache)
+            index, cache = indexes.release_index(args.variant, args.index), caches.cache_dir(args.cache, make=True)
             build = builds.release_build(index, version, cache)
             python = envs.ensure_venv(build, cache, args.installer, envs.needed_bytes(build.file, args.variant, index))
             built_from = envs.installed_git_version(os.path.dirname(os.path.dirname(python)))
@@ -368,7 +368,7 @@ def releases(args):
 # --------------------------------------------------------------------------- the cache
 def cache(args):
     """Lists the environments, and prunes them with --prune."""
-    root = caches.cache_dir(args.cache)
+    root = caches.cache_dir(args.cache, make=args.prune)
     if args.prune:
         if args.keep is None and args.older_than is None:
             raise UsageError("--prune needs --keep N or --older-than DAYS")
@@ -454,7 +454,7 @@ def parse_args(argv):
     if getattr(args, "index", None):
         args.index = indexes.parse_index(args.index)
     if hasattr(args, "cache"):
-        caches.cache_dir(args.cache)  # a cache that is a file is a usage error before any work
+        caches.cache_dir(args.cache)  # a cache that cannot be one is a usage error before any work
     return args
 
 
