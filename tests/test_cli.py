@@ -216,6 +216,16 @@ def test_json_onto_the_bench_json_is_refused_before_any_measurement(tmp_path, mo
     assert bench.read_bytes() == before
 
 
+@pytest.mark.parametrize("nested", ["[" * 100000 + "]" * 100000, '{"rows": ' * 5000 + "{}" + "}" * 5000])
+def test_a_bench_json_nested_thousands_deep_is_a_usage_error(tmp_path, monkeypatch, nested):
+    """Once a RecursionError from json.load, called a bug of the bundle."""
+    (tmp_path / "deep.json").write_text(nested)
+    monkeypatch.setattr(cli, "run_child", lambda *a: pytest.fail("measured before --bench-json was checked"))
+    rc, stdout, stderr = judge("--policy-report", "--bench-json", tmp_path / "deep.json")
+    one_line_error(rc, stdout, stderr, "usage error: --bench-json %s" % (tmp_path / "deep.json"), "nested",
+                   "bench_sac_compile.py --json")
+
+
 def test_json_on_stdout_or_beside_the_bundle_is_fine(tmp_path):
     rc, stdout, _ = judge("--from-nsys", FIXED_CSV, "--json", "-")
     assert rc == 0 and json.loads(stdout)["verdict"] == "not_reproduced"
