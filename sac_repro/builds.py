@@ -17,7 +17,7 @@ import zipfile
 
 from .caches import CACHE_ERRORS, check_free_space, downloads_dir, GB, inside, read_json, write_json
 from .exits import say, Untestable, UsageError
-from .indexes import describe, is_url, link_hashes, PYPI, python_tag, runs_here, torch_wheel_files, wheel_parts
+from .indexes import describe, is_url, link_hashes, python_tag, runs_here, torch_wheel_files, wheel_parts
 
 
 # --------------------------------------------------------------------------- the build: a wheel and its sha256
@@ -33,7 +33,7 @@ def wheel_build(name, link, index, cache):
     version = wheel_parts(name)[0]
     if not is_url(link):
         return Build(name, version, file_sha256(link, cache), os.path.abspath(link), os.path.abspath(link), index)
-    sha = link_hashes(index or PYPI).get(name)
+    sha = link_hashes(index).get(name)
     if sha:
         return Build(name, version, sha, link, None, index)
     path, sha = download(link, name, cache)
@@ -42,8 +42,7 @@ def wheel_build(name, link, index, cache):
 
 def release_build(index, version, cache):
     """The wheel of a release for this Python on Linux x86_64, on a folder, an index URL or PyPI."""
-    where = index or PYPI
-    wheels = torch_wheel_files(where)
+    wheels = torch_wheel_files(index)
     names = sorted(n for n in wheels if wheel_parts(n) and wheel_parts(n)[0].split("+")[0] == version
                    and runs_here(*wheel_parts(n)[1:]))
     if not names:

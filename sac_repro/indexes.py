@@ -9,7 +9,6 @@ import html
 import http.client
 import os
 import re
-import subprocess
 import sys
 import urllib.error
 import urllib.parse
@@ -102,7 +101,8 @@ def install_args(index, pre=False):
 
 # --------------------------------------------------------------------------- what an index lists
 def torch_wheel_files(index):
-    """{file name: path or URL} of the torch wheels an index holds."""
+    """{file name: path or URL} of the torch wheels an index holds (None: PyPI's)."""
+    index = index or PYPI
     if not is_url(index):
         found = {}
         for folder in index_folders(index):
@@ -143,8 +143,9 @@ def torch_wheel_files(index):
 
 
 def link_hashes(index):
-    """{file name: sha256} of the torch wheels whose link on an index URL's page carries `#sha256=`."""
-    url = index.rstrip("/") + "/torch/"
+    """{file name: sha256} of the torch wheels whose link on an index URL's page carries `#sha256=`
+    (None: PyPI's)."""
+    url = (index or PYPI).rstrip("/") + "/torch/"
     try:
         with urllib.request.urlopen(url, timeout=60) as resp:
             page = resp.read().decode("utf-8", "replace")
@@ -198,14 +199,10 @@ def latest_date(wheels):
 
 
 def release_versions(index):
-    """Release versions on an index: PyPI (pip index versions), a URL or a folder."""
-    if index is None:
-        proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "torch"],
-                              capture_output=True, text=True)
-        m = re.search(r"Available versions: (.*)", proc.stdout)
-        if not m:
-            raise UsageError("pip index versions torch gave no listing: %s" % proc.stderr.strip()[-300:])
-        return [v.strip() for v in m.group(1).split(",")]
+    """Release versions with a wheel for this Python on Linux x86_64 on an index: PyPI's (None), read
+    as any index URL is, never through pip (whose configuration may list other sources, and so
+    still answer with the network down: a missing release where the index was out of reach), a URL
+    or a folder."""
     out = set()
     for name in torch_wheel_files(index):
         parts = wheel_parts(name)

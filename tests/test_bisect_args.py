@@ -275,6 +275,23 @@ def test_an_index_that_cannot_be_reached_aborts_naming_why():
     one_line(*main("nightly", "2025-09-07", "--index", url), url, "cannot reach", "Connection refused")
 
 
+@pytest.mark.parametrize("command", [["releases", "2.8.0", "2.12.0"], ["matrix", "2.8.0"]])
+def test_pypi_out_of_reach_aborts_naming_it(monkeypatch, tmp_path, command):
+    """With no network, the releases "from PyPI" were once those that pip's own configuration
+    still listed (a --find-links folder, a local index): "torch 2.8.0 is not among the releases
+    listed on that index". PyPI here is a loopback port nothing listens on, and pip is kept off
+    the network too, with one wheel in a folder of its configuration."""
+    url = "http://127.0.0.1:%d/simple" % closed_port()
+    monkeypatch.setattr(indexes, "PYPI", url)
+    wheel_file(str(tmp_path / "find-links"), "torch-2.13.0-%s-%s-linux_x86_64.whl" % (PYTAG, PYTAG))
+    for name, value in (("PIP_CONFIG_FILE", os.devnull), ("PIP_INDEX_URL", url), ("PIP_RETRIES", "0"),
+                        ("PIP_FIND_LINKS", str(tmp_path / "find-links")), ("PIP_NO_INPUT", "1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    stop_at_install(monkeypatch, tmp_path / "cache")
+    one_line(*main(*command), "cannot reach the index %s/torch/" % url, "Connection refused", "the network")
+
+
 def test_a_reachable_index_without_that_date_skips(tmp_path):
     wheel_file(str(tmp_path), nightly_name("2025-09-07"))
     with serve_index(tmp_path) as url:
