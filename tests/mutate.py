@@ -56,6 +56,8 @@ RUN_NSYS = [mutant(what, old, new, "tests/test_nsys.py") for what, old, new in [
      '--hunt-fix|--strict-policy|--markdown|--json=*|--plot=*) capture+=("$1") ;;'),
     ("the capture options are not checked first", "\ncheck_capture_options\n", "\n"),
     ("-o NAME.nsys-rep is taken as the name", 'name=${2%.nsys-rep}; name=${name%.qdrep}; shift 2', 'name=$2; shift 2'),
+    ("an option after -o is taken for the report's NAME",
+     'case "$2" in -*) die "-o needs a report NAME, and $2 is an option', 'case "$2" in -*) true "-o needs a report NAME, and $2 is an option'),
     ("-o into a missing folder is not refused",
      '[ -d "$folder" ] && [ -w "$folder" ] || die', '[ -d "$folder" ] || [ -w "$folder" ] || true ||  die'),
     ("a bad PYTHON is not refused", 'die "PYTHON=$py: $what;', 'true "PYTHON=$py: $what;'),
