@@ -127,6 +127,7 @@ case "${1:-}" in
     judge --from-nsys "$file" ${judge_opts[@]+"${judge_opts[@]}"} ;;
   -o)
     [ $# -ge 2 ] && [ -n "$2" ] || die "-o needs a report NAME"
+    case "$2" in -*) die "-o needs a report NAME, and $2 is an option: give the name first (-o NAME), or ./$2 for a name that starts with -" ;; esac
     case "$2" in *%*) die "-o $2: nsys expands %p, %h, %n, %q{VAR} and %% in a report's name, and would write a report this script never finds; name it without %" ;; esac
     name=${2%.nsys-rep}; name=${name%.qdrep}; shift 2
     folder=$(dirname "$name")

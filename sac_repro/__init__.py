@@ -9,7 +9,10 @@ bench_sac_compile.py, one concern per module, in the order the data flows:
     render    the text and markdown reports (policy_snippet: the code the policy report pastes)
     plot      --plot: pictures drawn from the judged report (matplotlib, imported only then)
     outputs   where the entry points write: never onto an input or the bundle, and in one step
-    builds    torch builds for bisect_torch.py: indexes, wheel checks, cached environments
+    indexes   bisect_torch.py's indexes: where torch wheels are listed, and which one is picked
+    caches    the cache that holds the builds: where it is, its layout, locks and free space
+    builds    a build under test: the wheel known by its sha256, and the commit it names
+    envs      a cached virtual environment per build: installed, checked, listed, pruned
     bench     bench_sac_compile.py's measurement: each arrangement checked against eager, then timed
 
 Only `measure` and `bench` import torch: `measure` only in the child process, `bench` once the

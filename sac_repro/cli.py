@@ -329,6 +329,8 @@ def load_bench(path):
         problem = bench_problem(bench)
     except ValueError as e:
         problem = "not JSON: %s" % one_line(e)
+    except RecursionError:  # json's reader recurses per level; the bench's table is four deep
+        problem = "nested deeper than Python's JSON reader can follow"
     if problem:
         raise UsageError("--bench-json %s: expected the JSON that `bench_sac_compile.py --json` writes: %s"
                          % (path, problem))

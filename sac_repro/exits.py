@@ -98,6 +98,16 @@ class CannotTest(Exception):
     EXIT_CANNOT_TEST."""
 
 
+class Untestable(Exception):
+    """bisect_torch.py: this build cannot be tested: skip it (125), never guess. `wheel` and
+    `built_from` say which wheel it was and the commit it names, where they were read before the
+    build was given up."""
+
+    def __init__(self, message, wheel="-", built_from=None):
+        super().__init__(message)
+        self.wheel, self.built_from = wheel, built_from
+
+
 class OutputError(Exception):
     """A report or a file could not be written: the verdict was not delivered, so no verdict."""
 
@@ -138,6 +148,11 @@ def end_group(proc, grace=0):
 
 def one_line(e):
     return " ".join(("%s: %s" % (type(e).__name__, e)).split())[:400]
+
+
+def say(msg):
+    """One line on stdout, at once: a bisect's log shows each step as it happens."""
+    print(msg, flush=True)
 
 
 def say_error(line):

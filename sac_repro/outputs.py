@@ -1,5 +1,6 @@
-"""Where the entry points write: never onto an input, another output or a file of the bundle, and
-in one step, so that an interrupted write leaves the old file or none, never part of one.
+"""Where the entry points write: never onto an input, another output, a file of the bundle, git's
+own files or a virtual environment in the bundle's folder; and in one step, so that an interrupted
+write leaves the old file or none, never part of one.
 """
 import os
 import subprocess
@@ -16,8 +17,8 @@ BUNDLE_PARTS = ("torch_compile_selective_activation_checkpoint.py", "run_nsys.sh
 def check_outputs(outputs, inputs=()):
     """Before any work. outputs: (option, path) pairs, path None where there is none (or it is
     stdout); inputs: (option, path, what it is). Each output must be a file its folder lets us
-    write, and none of the inputs, the other outputs or the bundle's files. Real paths are
-    compared: a symlink, `./x` or a hard link is the same file."""
+    write, and none of the inputs, the other outputs or what the bundle's folder holds that is not
+    the user's (bundle_file). Real paths are compared: a symlink, `./x` or a hard link is the same file."""
     taken = [(option, path, what) for option, path, what in inputs if path]
     for option, path in outputs:
         if path is None:
@@ -29,8 +30,8 @@ def check_outputs(outputs, inputs=()):
                                  % (option, path, other, other_path, what))
         part = bundle_file(path)
         if part:
-            raise UsageError("%s %s is %s, a file of this bundle: writing it would destroy it; name a file "
-                             "outside the bundle" % (option, path, part))
+            raise UsageError("%s %s is %s: writing it would destroy it; name a new file, or one outside the "
+                             "bundle's folder" % (option, path, part))
         taken.append((option, path, "another output"))
 
 
@@ -54,15 +55,27 @@ def same_file(a, b):
 
 
 def bundle_file(path):
-    """The bundle's name of the file at path where it is one of the bundle's files (one that git
-    tracks under the bundle's folder, or one of the parts it ships), else None."""
-    real = os.path.realpath(path)
-    rel = os.path.relpath(real, ROOT)
-    if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep):
-        return None
-    if rel.split(os.sep)[0] in BUNDLE_PARTS and os.path.isfile(real):
-        return rel
-    return rel if tracked_by_git(rel) else None
+    """What the file at path is where it lies in the bundle's folder and is not the user's: one of
+    the bundle's files (tracked by git, or one of the parts it ships), in git's own files (.git, a
+    folder or a worktree's file), or in a virtual environment (a folder named .venv*, or holding
+    pyvenv.cfg). None for a path outside the folder, or a file of the user's in it: a new one, or
+    one an earlier run wrote (evidence.json), which a rerun writes over. Both the path's real folder
+    with its own name, and its real path, are looked at: a venv's bin/python is a symlink out of the
+    folder, and a symlink elsewhere may point in."""
+    folder, name = os.path.split(os.path.abspath(path))
+    for spelling in dict.fromkeys([os.path.join(os.path.realpath(folder), name), os.path.realpath(path)]):
+        rel = os.path.relpath(spelling, ROOT)
+        if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep):
+            continue
+        parts = rel.split(os.sep)
+        if ".git" in parts:
+            return "inside %s, git's own files" % os.path.join(*parts[:parts.index(".git") + 1])
+        for i in range(1, len(parts)):
+            if parts[i - 1].startswith(".venv") or os.path.exists(os.path.join(ROOT, *parts[:i], "pyvenv.cfg")):
+                return "inside %s, a virtual environment" % os.path.join(*parts[:i])
+        if (parts[0] in BUNDLE_PARTS and os.path.isfile(spelling)) or tracked_by_git(rel):
+            return "%s, a file of this bundle" % rel
+    return None
 
 
 def tracked_by_git(rel):

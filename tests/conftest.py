@@ -129,11 +129,11 @@ def reverted_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def release_python():
     """Python of a cached virtual environment with one PyPI torch release (built on first use)."""
-    from sac_repro import builds
+    from sac_repro import builds, caches, envs
 
     def get(version):
-        cache = builds.cache_dir(None)
-        return builds.ensure_venv(builds.release_build(None, version, cache), cache, "auto", builds.needed_bytes())
+        cache = caches.cache_dir(None)
+        return envs.ensure_venv(builds.release_build(None, version, cache), cache, "auto", envs.needed_bytes())
     return get
 
 

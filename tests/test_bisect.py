@@ -230,7 +230,7 @@ def test_interrupted_install_leaves_no_half_built_environment(nightly_world, tmp
 def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
     """The index page as PyTorch's nightly index writes it: quoted '+', hashes, several versions
     of one date around a branch cut, other Pythons and platforms."""
-    from sac_repro import builds
+    from sac_repro import indexes
     names = ["torch-2.9.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl",
              "torch-2.10.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl",
              "torch-2.10.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_aarch64.whl",
@@ -241,11 +241,11 @@ def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
         '<a href="/whl/nightly/cpu/%s#sha256=00ff">%s</a><br/>' % (n.format(t=PYTAG), n.format(t=PYTAG).replace("%2B", "+"))
         for n in names) + "\n</body></html>")
     with serve_index(tmp_path) as url:
-        wheels = builds.torch_wheel_files(url)
-    found = builds.wheels_for_date(wheels, "2025-08-01")
+        wheels = indexes.torch_wheel_files(url)
+    found = indexes.wheels_for_date(wheels, "2025-08-01")
     assert [v for _, v in found] == ["2.10.0.dev20250801+cpu", "2.9.0.dev20250801+cpu"]
     assert found[0][0] == "torch-2.10.0.dev20250801+cpu-%s-%s-manylinux_2_28_x86_64.whl" % (PYTAG, PYTAG)
-    assert builds.wheels_for_date(wheels, "2025-08-03") == []
+    assert indexes.wheels_for_date(wheels, "2025-08-03") == []
     assert wheels[found[0][0]] == url + "whl/nightly/cpu/" + names[1].format(t=PYTAG)
 
 
@@ -253,7 +253,7 @@ def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
 def test_a_search_whose_new_end_cannot_be_tested_aborts(monkeypatch, capsys):
     """NEW could not be installed (a full disk, say): the search has nothing to compare with."""
     import bisect_torch
-    monkeypatch.setattr(bisect_torch.builds, "release_versions", lambda index: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
+    monkeypatch.setattr(bisect_torch.indexes, "release_versions", lambda index: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
     verdicts = {"2.8.0": "reproduced", "2.12.0": "cannot_test"}
     monkeypatch.setattr(bisect_torch, "test_build", lambda v, *a: verdicts[v])
     rc = bisect_torch.main(["releases", "2.8.0", "2.12.0"])
@@ -264,7 +264,7 @@ def test_a_search_whose_new_end_cannot_be_tested_aborts(monkeypatch, capsys):
 
 def test_a_search_that_cannot_pin_the_release_says_so(monkeypatch, capsys):
     import bisect_torch
-    monkeypatch.setattr(bisect_torch.builds, "release_versions", lambda index: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
+    monkeypatch.setattr(bisect_torch.indexes, "release_versions", lambda index: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
     verdicts = {"2.8.0": "reproduced", "2.9.1": "cannot_test", "2.10.0": "cannot_test", "2.12.0": "not_reproduced"}
     monkeypatch.setattr(bisect_torch, "test_build", lambda v, *a: verdicts[v])
     rc = bisect_torch.main(["releases", "2.8.0", "2.12.0"])

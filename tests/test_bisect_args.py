@@ -24,7 +24,7 @@ from conftest import data
 from wheels import BISECT, nightly_repo, PYTAG, repro_python, ROOT, serve_index
 
 import bisect_torch
-from sac_repro import builds, exits, verdict
+from sac_repro import envs, exits, indexes, verdict
 
 pytestmark = pytest.mark.unit
 
@@ -75,8 +75,8 @@ def stop_at_install(monkeypatch, cache):
 
     def ensure_venv(build, *a, **k):
         asked.append(build.wheel)
-        raise builds.Untestable("stopped before the install of %s" % build.wheel)
-    monkeypatch.setattr(builds, "ensure_venv", ensure_venv)
+        raise exits.Untestable("stopped before the install of %s" % build.wheel)
+    monkeypatch.setattr(envs, "ensure_venv", ensure_venv)
     return asked
 
 
@@ -236,23 +236,23 @@ def index_texts(draw):
 def test_the_index_is_read_as_the_oracle_reads_it(text):
     want = index_oracle(text)
     try:
-        got = builds.parse_index(text)
+        got = indexes.parse_index(text)
     except exits.UsageError as e:
         assert want is None, (text, e)
         assert "\n" not in str(e)
         return
     assert want is not None, (text, got)
     if want[0] == "folder":
-        assert got == want[1] and not builds.is_url(got), (text, got)
+        assert got == want[1] and not indexes.is_url(got), (text, got)
     else:
-        assert builds.is_url(got) and urllib.parse.urlsplit(got).hostname == urllib.parse.urlsplit(text).hostname
+        assert indexes.is_url(got) and urllib.parse.urlsplit(got).hostname == urllib.parse.urlsplit(text).hostname
 
 
 @given(st.lists(st.text(alphabet=string.ascii_letters + string.digits + " %+-_.\u00e9", min_size=1), min_size=1,
                 max_size=4))
 def test_a_file_url_of_a_folder_is_that_folder(parts):
     path = "/" + "/".join(parts)
-    assert builds.parse_index("file://" + urllib.parse.quote(path)) == path
+    assert indexes.parse_index("file://" + urllib.parse.quote(path)) == path
 
 
 @pytest.mark.parametrize("index", ["http://[::1", "htp://x", "http://", "https:///whl", "file://elsewhere/wheels",
@@ -273,6 +273,23 @@ def test_a_file_url_index_is_its_folder(monkeypatch, folder):
 def test_an_index_that_cannot_be_reached_aborts_naming_why():
     url = "http://127.0.0.1:%d/" % closed_port()
     one_line(*main("nightly", "2025-09-07", "--index", url), url, "cannot reach", "Connection refused")
+
+
+@pytest.mark.parametrize("command", [["releases", "2.8.0", "2.12.0"], ["matrix", "2.8.0"]])
+def test_pypi_out_of_reach_aborts_naming_it(monkeypatch, tmp_path, command):
+    """With no network, the releases "from PyPI" were once those that pip's own configuration
+    still listed (a --find-links folder, a local index): "torch 2.8.0 is not among the releases
+    listed on that index". PyPI here is a loopback port nothing listens on, and pip is kept off
+    the network too, with one wheel in a folder of its configuration."""
+    url = "http://127.0.0.1:%d/simple" % closed_port()
+    monkeypatch.setattr(indexes, "PYPI", url)
+    wheel_file(str(tmp_path / "find-links"), "torch-2.13.0-%s-%s-linux_x86_64.whl" % (PYTAG, PYTAG))
+    for name, value in (("PIP_CONFIG_FILE", os.devnull), ("PIP_INDEX_URL", url), ("PIP_RETRIES", "0"),
+                        ("PIP_FIND_LINKS", str(tmp_path / "find-links")), ("PIP_NO_INPUT", "1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    stop_at_install(monkeypatch, tmp_path / "cache")
+    one_line(*main(*command), "cannot reach the index %s/torch/" % url, "Connection refused", "the network")
 
 
 def test_a_reachable_index_without_that_date_skips(tmp_path):
@@ -335,12 +352,60 @@ def test_a_variant_that_is_no_index_name_is_a_usage_error(args, says):
     one_line(*main(*args), says)
 
 
+# ----------------------------------------------------------------------------- the cache
+def broken_cache(tmp_path, kind):
+    """A cache path that cannot be one, as a user may give it: (the path, the words that name what
+    is wrong with it)."""
+    if kind == "under a file":
+        (tmp_path / "a-file").write_text("")
+        return tmp_path / "a-file" / "cache", "%s, which is not a folder" % (tmp_path / "a-file")
+    if kind in ("a symlink loop", "under a symlink loop"):
+        os.symlink(tmp_path / "loop-b", tmp_path / "loop-a")
+        os.symlink(tmp_path / "loop-a", tmp_path / "loop-b")
+        if kind == "a symlink loop":
+            return tmp_path / "loop-a", "is a symlink that loops"
+        return tmp_path / "loop-a" / "cache", "%s, a symlink that loops" % (tmp_path / "loop-a")
+    if kind == "a symlink to nothing":
+        os.symlink(tmp_path / "gone" / "cache", tmp_path / "link")
+        return tmp_path / "link", "is a symlink to %s, which is not there" % (tmp_path / "gone" / "cache")
+    if kind == "under /proc":
+        return "/proc/sac-compile-repro", "/proc, on a filesystem that holds no files"
+    assert kind == "its lock a folder"  # a cache that looks whole, and cannot be written
+    (tmp_path / "cache" / "lock").mkdir(parents=True)
+    return tmp_path / "cache", "cannot be written (%s: Is a directory)" % (tmp_path / "cache" / "lock")
+
+
+CACHE_KINDS = ["under a file", "a symlink loop", "under a symlink loop", "a symlink to nothing", "under /proc"]
+
+
+@pytest.mark.parametrize("kind", CACHE_KINDS + ["its lock a folder"])
+@pytest.mark.parametrize("command", [["cache", "--prune", "--keep", "0"], ["nightly", "2025-09-07"], ["matrix", "2.9.1"],
+                                     ["cache"]])
+def test_a_cache_that_cannot_be_one_is_a_usage_error(monkeypatch, folder, tmp_path, kind, command):
+    """Once an internal error (FileExistsError, NotADirectoryError, FileNotFoundError) at the first
+    write, after the index was read; a listing showed an empty cache. The lock's folder is found
+    only by the commands that write."""
+    stop_at_install(monkeypatch, tmp_path / "unused")
+    cache, says = broken_cache(tmp_path, kind)
+    args = command + (["--index", folder] if command[0] in ("nightly", "matrix") else []) + ["--cache", cache]
+    if kind == "its lock a folder" and command == ["cache"]:
+        assert main(*args)[0] == 0  # nothing is written: nothing to refuse
+        return
+    one_line(*main(*args), "the cache %s" % cache, says, "name a folder")
+
+
+def test_a_cache_from_the_environment_is_checked_as_the_option_is(monkeypatch, tmp_path):
+    cache, says = broken_cache(tmp_path, "under a file")
+    monkeypatch.setenv("SAC_REPRO_CACHE", str(cache))
+    one_line(*main("cache", "--prune", "--keep", "0"), "the cache %s" % cache, says, "$SAC_REPRO_CACHE")
+
+
 # ----------------------------------------------------------------------------- latest
 def test_latest_is_the_newest_date_with_a_wheel_for_this_python_and_platform(monkeypatch, tmp_path):
     for name in (nightly_name("2025-09-07"), nightly_name("2025-09-08", py="cp39"),
                  nightly_name("2025-09-08", plat="manylinux_2_28_aarch64")):
         wheel_file(str(tmp_path), name)
-    assert builds.latest_date(builds.torch_wheel_files(str(tmp_path))) == "2025-09-07"
+    assert indexes.latest_date(indexes.torch_wheel_files(str(tmp_path))) == "2025-09-07"
     asked = stop_at_install(monkeypatch, tmp_path / "cache")
     assert main("nightly", "latest", "--index", tmp_path)[0] == 125
     assert asked == [nightly_name("2025-09-07")]
@@ -391,7 +456,7 @@ def test_the_repros_answer_is_the_nightlys_exit_code(monkeypatch, folder, tmp_pa
     report = verdict.report_from_child(copy.deepcopy(CHILD[answer]), "regression", False) if answer else None
     python = repro_python(str(tmp_path / "env"), repro_rc, report)
     monkeypatch.setenv("SAC_REPRO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(builds, "ensure_venv", lambda build, *a, **k: python)
+    monkeypatch.setattr(envs, "ensure_venv", lambda build, *a, **k: python)
     got, out, err = main("nightly", "2025-09-07", "--index", folder)
     assert got == rc, (out, err)
     if rc == 128:
@@ -402,7 +467,7 @@ def test_the_repros_answer_is_the_nightlys_exit_code(monkeypatch, folder, tmp_pa
 
 # ----------------------------------------------------------------------------- the release search
 def search(monkeypatch, versions, verdicts, old, new):
-    monkeypatch.setattr(builds, "release_versions", lambda index: list(versions))
+    monkeypatch.setattr(indexes, "release_versions", lambda index: list(versions))
     tested = []
 
     def test_build(v, *a):

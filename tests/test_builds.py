@@ -75,15 +75,15 @@ def test_a_wheel_of_another_commit_from_a_url_is_removed_after_install(tmp_path)
 
 def test_too_little_free_space_aborts_before_any_install(tmp_path, monkeypatch, capsys):
     import bisect_torch
-    from sac_repro import builds
+    from sac_repro import caches, envs
     index = make_index(tmp_path / "index", "flat")
-    monkeypatch.setattr(builds, "free_bytes", lambda path: int(0.05 * builds.GB))
+    monkeypatch.setattr(caches, "free_bytes", lambda path: int(0.05 * caches.GB))
     rc = bisect_torch.main(["nightly", "2025-09-07", "--index", str(index), "--cache", str(tmp_path / "cache")])
     err = capsys.readouterr().err
     assert rc == 128, err
     assert "needs about 0.3 GB free under" in err and "and 0.1 GB are free" in err
     assert not (tmp_path / "cache" / "venvs").exists() or os.listdir(tmp_path / "cache" / "venvs") == []
-    assert builds.needed_bytes(None, "cpu") == builds.NEEDS["cpu"] and builds.needed_bytes() == builds.NEEDS["cuda"]
+    assert envs.needed_bytes(None, "cpu") == envs.NEEDS["cpu"] and envs.needed_bytes() == envs.NEEDS["cuda"]
 
 
 def test_the_cache_lists_and_prunes_only_its_own_environments(tmp_path):
@@ -114,12 +114,12 @@ def test_the_cache_lists_and_prunes_only_its_own_environments(tmp_path):
 
 
 def test_release_indexes_for_variants():
-    from sac_repro import builds
-    assert builds.release_index(None, None) is None
-    assert builds.release_index("cpu", None) == "https://download.pytorch.org/whl/cpu"
-    assert builds.release_index("cu128", "/my/index") == "/my/index"
-    assert builds.nightly_index(None, None) == "https://download.pytorch.org/whl/nightly/cpu"
-    assert builds.nightly_index("cu128", None) == "https://download.pytorch.org/whl/nightly/cu128"
+    from sac_repro import indexes
+    assert indexes.release_index(None, None) is None
+    assert indexes.release_index("cpu", None) == "https://download.pytorch.org/whl/cpu"
+    assert indexes.release_index("cu128", "/my/index") == "/my/index"
+    assert indexes.nightly_index(None, None) == "https://download.pytorch.org/whl/nightly/cpu"
+    assert indexes.nightly_index("cu128", None) == "https://download.pytorch.org/whl/nightly/cu128"
 
 
 # ----------------------------------------------------------- a build is known by its content

@@ -216,11 +216,94 @@ def test_json_onto_the_bench_json_is_refused_before_any_measurement(tmp_path, mo
     assert bench.read_bytes() == before
 
 
+@pytest.mark.parametrize("nested", ["[" * 100000 + "]" * 100000, '{"rows": ' * 5000 + "{}" + "}" * 5000])
+def test_a_bench_json_nested_thousands_deep_is_a_usage_error(tmp_path, monkeypatch, nested):
+    """Once a RecursionError from json.load, called a bug of the bundle."""
+    (tmp_path / "deep.json").write_text(nested)
+    monkeypatch.setattr(cli, "run_child", lambda *a: pytest.fail("measured before --bench-json was checked"))
+    rc, stdout, stderr = judge("--policy-report", "--bench-json", tmp_path / "deep.json")
+    one_line_error(rc, stdout, stderr, "usage error: --bench-json %s" % (tmp_path / "deep.json"), "nested",
+                   "bench_sac_compile.py --json")
+
+
 def test_json_on_stdout_or_beside_the_bundle_is_fine(tmp_path):
     rc, stdout, _ = judge("--from-nsys", FIXED_CSV, "--json", "-")
     assert rc == 0 and json.loads(stdout)["verdict"] == "not_reproduced"
     rc, _, stderr = judge("--from-nsys", FIXED_CSV, "--json", tmp_path / "README.md")
     assert rc == 0, stderr
+
+
+@pytest.fixture
+def clone(tmp_path):
+    """The bundle as a user has it: a git clone (its .git folder, its files tracked), a virtual
+    environment in it for the tests whose bin/python is a symlink out of the folder, as venv makes
+    it, and a report that an earlier run wrote there. Returns (its folder, the file the venv's
+    python names)."""
+    root = tmp_path / "bundle"
+    root.mkdir()
+    shutil.copy(SCRIPT, root)
+    shutil.copytree(os.path.join(ROOT, "sac_repro"), root / "sac_repro", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(ROOT, ".gitignore"), root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.email=u@e", "-c", "user.name=u", "commit", "-q", "-m", "c"]):
+        subprocess.run(["git", "-C", str(root)] + cmd, check=True, env=env, capture_output=True)
+    base = tmp_path / "base-python" / "python3"  # the Python the environment was made from: never to be written
+    base.parent.mkdir()
+    base.write_text("a Python")
+    (root / ".venv-test" / "bin").mkdir(parents=True)
+    (root / ".venv-test" / "pyvenv.cfg").write_text("home = %s\n" % base.parent)
+    os.symlink(base, root / ".venv-test" / "bin" / "python")
+    (root / "env" / "bin").mkdir(parents=True)  # a venv under another name: its pyvenv.cfg says what it is
+    (root / "env" / "pyvenv.cfg").write_text("home = %s\n" % base.parent)
+    (root / ".venv" / "bin").mkdir(parents=True)  # one that venv is still making: no pyvenv.cfg yet
+    (root / "evidence.json").write_text("an earlier report")
+    return root, base
+
+
+def judge_in(root, *args):
+    proc = subprocess.run([sys.executable, str(root / os.path.basename(SCRIPT)), "--from-nsys", FIXED_CSV] + list(args),
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("option, path, says", [
+    ("--json", ".git/config", "inside .git, git's own files"),
+    ("--json", ".git/HEAD", "inside .git, git's own files"),
+    ("--json", ".git/new.json", "inside .git, git's own files"),
+    ("--plot", ".git/evidence.png", "inside .git, git's own files"),
+    ("--json", ".venv-test/bin/python", "inside .venv-test, a virtual environment"),
+    ("--json", ".venv-test/new.json", "inside .venv-test, a virtual environment"),
+    ("--json", "env/bin/activate.json", "inside env, a virtual environment"),
+    ("--json", ".venv/bin/python", "inside .venv, a virtual environment"),
+    ("--json", "sac_repro/exits.py", "sac_repro/exits.py, a file of this bundle"),
+])
+def test_outputs_never_go_into_git_or_a_virtual_environment_of_the_bundle(clone, option, path, says):
+    """Once only the files git tracks were refused: --json .git/config, .git/HEAD and
+    .venv-test/bin/python (through its symlink, the Python it was made from) were written over."""
+    root, base = clone
+    before = {p: (root / p).read_bytes() for p in (".git/config", ".git/HEAD", "sac_repro/exits.py")}
+    rc, stdout, stderr = judge_in(root, option, path)
+    one_line_error(rc, stdout, stderr, "%s %s is %s" % (option, path, says), "name a new file")
+    assert {p: (root / p).read_bytes() for p in before} == before and base.read_text() == "a Python"
+    assert not (root / path).exists() or path in before or path.endswith("bin/python")
+
+
+def test_a_worktrees_git_file_is_refused(clone):
+    root, _ = clone
+    shutil.rmtree(root / ".git")
+    (root / ".git").write_text("gitdir: /elsewhere/.git/worktrees/bundle\n")  # as `git worktree add` leaves it
+    rc, stdout, stderr = judge_in(root, "--json", ".git")
+    one_line_error(rc, stdout, stderr, "--json .git is inside .git, git's own files")
+    assert (root / ".git").read_text().startswith("gitdir:")
+
+
+def test_a_new_file_or_an_earlier_report_in_the_bundles_folder_is_written(clone):
+    root, _ = clone
+    (root / "results").mkdir()
+    for path in ("evidence.json", "new.json", "results/new.json", ".venv-notes.json"):
+        rc, _, stderr = judge_in(root, "--json", path)
+        assert rc == 0, (path, stderr)
+        assert json.loads((root / path).read_text())["verdict"] == "not_reproduced"
 
 
 # ------------------------------------------------------ an interrupted write leaves the old file

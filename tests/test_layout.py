@@ -144,3 +144,85 @@ def test_the_bench_section_states_the_benchs_exit_codes():
     section = policy[policy.index("## What it costs"):policy.index("## A regression test")]
     rows = re.findall(r"^\| (\d+) \| `?([a-z_-]+)`? \|", section, re.M)
     assert [(int(code), name) for code, name in rows] == [(code, name) for code, name, _ in exits.BENCH_CODES]
+
+
+# ------------------------------------------------------------------ the house: sizes and imports
+def our_python_files():
+    """The bundle's Python files outside tests/, as git sees them, tracked or not yet (or as they
+    lie, in a copy that git does not track)."""
+    tracked = subprocess.run(["git", "-C", ROOT, "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+                             capture_output=True, text=True)
+    if tracked.returncode == 0 and tracked.stdout.strip():
+        paths = tracked.stdout.split()
+    else:
+        paths = [os.path.relpath(os.path.join(d, f), ROOT) for d, subs, files in os.walk(ROOT)
+                 for f in files if f.endswith(".py")
+                 if not os.path.relpath(d, ROOT).split(os.sep)[0].startswith((".", "__"))]
+    return sorted(p for p in paths if p.split("/")[0] != "tests" and os.path.exists(os.path.join(ROOT, p)))
+
+
+@pytest.mark.unit
+def test_no_python_file_outside_the_tests_passes_500_lines():
+    sizes = {p: len(open(os.path.join(ROOT, p)).read().splitlines()) for p in our_python_files()}
+    assert "sac_repro/exits.py" in sizes and "tools/bisect_torch.py" in sizes, sizes
+    assert {p: n for p, n in sizes.items() if n > 500} == {}
+
+
+def module_name(path):
+    """sac_repro/builds.py -> sac_repro.builds; tools/bisect_torch.py -> bisect_torch (the tools
+    import each other by that name, from their own folder)."""
+    parts = path[:-3].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts[1:] if parts[0] == "tools" else parts)
+
+
+def imports_of(path, ours):
+    """The modules of ours that a file imports, at its top or inside a function: a lazy import
+    closes a circle as well as any."""
+    name = module_name(path)
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(open(os.path.join(ROOT, path)).read())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            found.add(base)
+            found.update("%s.%s" % (base, a.name) for a in node.names)  # `from . import outputs`
+    return {m for m in found if m in ours and m != name}
+
+
+def import_circles(graph):
+    """Each circle of the graph {module: modules it imports}, as a list of modules."""
+    circles, state = [], {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                circles.append(path[path.index(n):] + [n])
+            elif n not in state:
+                visit(n, path + [n])
+        state[m] = "done"
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    return circles
+
+
+@pytest.mark.unit
+def test_the_house_has_no_import_circles():
+    files = {module_name(p): p for p in our_python_files()}
+    graph = {m: imports_of(p, set(files)) for m, p in files.items()}
+    assert graph["bisect_torch"] >= {"sac_repro.builds", "sac_repro.envs"}, graph["bisect_torch"]  # it reads them
+    assert import_circles(graph) == []
+
+
+@pytest.mark.unit
+def test_a_circle_is_found():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []

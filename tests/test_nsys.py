@@ -397,6 +397,11 @@ def test_wrapper_with_a_bad_python_aborts(fake_tools, python):
     (["-o", "/missing/dir/x"], "/missing/dir"),
     (["--report", ""], "--report"),
     (["-o", ""], "-o needs a report NAME"),
+    # an option where the name should be: once "the folder  does not exist", with dirname's own errors
+    (["-o", "-x"], "-o needs a report NAME, and -x is an option"),
+    (["-o", "--report"], "-o needs a report NAME, and --report is an option"),
+    (["-o", "--hunt-fix"], "-o needs a report NAME, and --hunt-fix is an option"),
+    (["-o", "--"], "-o needs a report NAME, and -- is an option"),
     # nsys expands %p, %h, %n, %q{VAR} and %% in -o: the report would be written under another name
     (["-o", "cap_%p"], "-o cap_%p: nsys expands %"),
     (["-o", "run_%q{HOME}.nsys-rep"], "-o run_%q{HOME}.nsys-rep: nsys expands %"),

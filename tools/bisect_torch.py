@@ -38,11 +38,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # sac_repro/
 try:
-    from sac_repro import builds
-    from sac_repro.builds import say, Untestable
+    from sac_repro import builds, caches, envs, indexes
     from sac_repro.cli import Parser, positive_float
     from sac_repro.exits import (command_codes_help, end_group, EXIT_CANNOT_TEST, EXIT_NO_CHANGE, EXIT_OK,
-                                 guarded, TERMS, UsageError)
+                                 guarded, say, TERMS, Untestable, UsageError)
     from sac_repro.render import release_table_markdown
     from sac_repro.verdict import CASE, classify, CONTROL
 except Exception as e:  # copied without its package, say: abort a bisect, never pass as 1
@@ -135,28 +134,28 @@ def install_nightly(day, args, expect=None):
     bisect step may be), a wheel of another commit is rejected before the repro runs: before it is
     installed where the wheel is on disk (a folder, or a URL whose index gives no hash, downloaded
     first), else right after, and its environment removed."""
-    index = builds.nightly_index(args.variant, args.index)
-    wheels = builds.torch_wheel_files(index)
+    index = indexes.nightly_index(args.variant, args.index)
+    wheels = indexes.torch_wheel_files(index)
     if day == "latest":
-        day = builds.latest_date(wheels)
-    found = builds.wheels_for_date(wheels, day)
+        day = indexes.latest_date(wheels)
+    found = indexes.wheels_for_date(wheels, day)
     if not found:
         raise Untestable("no torch wheel for %s and %s on %s (nightlies are pruned after about 60 "
-                         "days)" % (day, builds.python_tag(), index))
+                         "days)" % (day, indexes.python_tag(), index))
     wheel = found[0][0]
     if len(found) > 1:
         say("several wheels for %s; taking %s over %s" % (day, wheel, ", ".join(w for w, _ in found[1:])))
-    cache = builds.cache_dir(args.cache)
+    cache = caches.cache_dir(args.cache, make=True)
     build = builds.wheel_build(wheel, wheels[wheel], index, cache)
     built_from = builds.wheel_git_version(build.file) if build.file else None
     if expect and build.file and built_from not in expect:
         builds.drop_download(build, cache)
         raise Untestable(wrong_wheel(built_from, expect), wheel, built_from)
-    python = builds.ensure_venv(build, cache, args.installer,
-                                builds.needed_bytes(build.file, args.variant or "cpu", index), pre=True)
-    built_from = builds.installed_git_version(os.path.dirname(os.path.dirname(python))) or built_from
+    python = envs.ensure_venv(build, cache, args.installer,
+                              envs.needed_bytes(build.file, args.variant or "cpu", index), pre=True)
+    built_from = envs.installed_git_version(os.path.dirname(os.path.dirname(python))) or built_from
     if expect and built_from not in expect:
-        builds.remove_venv(python)
+        envs.remove_venv(python)
         raise Untestable(wrong_wheel(built_from, expect), wheel, built_from)
     return day, python, wheel, built_from
 
@@ -262,7 +261,7 @@ def parse_build(v):
     if v == "latest":
         return v
     if "-" in v:
-        return builds.parse_day(v)
+        return indexes.parse_day(v)
     parse_release(v)
     return v
 
@@ -282,13 +281,13 @@ def test_build(version, args, table):
     evidence, adds a row to the table, returns the verdict."""
     wheel, built_from = "-", None
     try:
-        if builds.DAY.fullmatch(version) or version == "latest":
+        if indexes.DAY.fullmatch(version) or version == "latest":
             version, python, wheel, built_from = install_nightly(version, args)
         else:
-            index, cache = builds.release_index(args.variant, args.index), builds.cache_dir(args.cache)
+            index, cache = indexes.release_index(args.variant, args.index), caches.cache_dir(args.cache, make=True)
             build = builds.release_build(index, version, cache)
-            python = builds.ensure_venv(build, cache, args.installer, builds.needed_bytes(build.file, args.variant, index))
-            built_from = builds.installed_git_version(os.path.dirname(os.path.dirname(python)))
+            python = envs.ensure_venv(build, cache, args.installer, envs.needed_bytes(build.file, args.variant, index))
+            built_from = envs.installed_git_version(os.path.dirname(os.path.dirname(python)))
         code, report = run_repro(python, args)
     except Untestable as e:
         say("torch %-10s cannot_test    %s" % (version, e.args[0]))
@@ -307,13 +306,13 @@ def print_table(args, table):
 
 
 def release_key(v):
-    return (1, v) if builds.DAY.fullmatch(v) else (0, parse_release(v))
+    return (1, v) if indexes.DAY.fullmatch(v) else (0, parse_release(v))
 
 
 def matrix(args):
     """The verdict of each build given (releases, nightly dates, `latest`): no search, every one tested."""
-    say("releases from %s; nightlies from %s" % (builds.describe(builds.release_index(args.variant, args.index)),
-                                                 builds.nightly_index(args.variant, args.index)))
+    say("releases from %s; nightlies from %s" % (indexes.describe(indexes.release_index(args.variant, args.index)),
+                                                 indexes.nightly_index(args.variant, args.index)))
     table = []
     verdicts = [test_build(v, args, table) for v in args.versions]
     print_table(args, table)
@@ -325,9 +324,9 @@ def releases(args):
         raise UsageError("OLD and NEW are the same release (%s): a search needs two, the older first" % args.old)
     if parse_release(args.old) > parse_release(args.new):
         raise UsageError("OLD (%s) must be older than NEW (%s)" % (args.old, args.new))
-    index = builds.release_index(args.variant, args.index)
-    versions = releases_between(args.old, args.new, builds.release_versions(index))
-    say("releases from %s to %s on %s: %s" % (args.old, args.new, builds.describe(index), ", ".join(versions)))
+    index = indexes.release_index(args.variant, args.index)
+    versions = releases_between(args.old, args.new, indexes.release_versions(index))
+    say("releases from %s to %s on %s: %s" % (args.old, args.new, indexes.describe(index), ", ".join(versions)))
     table, verdicts = [], {}
 
     def verdict(v):
@@ -369,28 +368,28 @@ def releases(args):
 # --------------------------------------------------------------------------- the cache
 def cache(args):
     """Lists the environments, and prunes them with --prune."""
-    root = builds.cache_dir(args.cache)
+    root = caches.cache_dir(args.cache, make=args.prune)
     if args.prune:
         if args.keep is None and args.older_than is None:
             raise UsageError("--prune needs --keep N or --older-than DAYS")
-        removed = builds.prune(root, args.keep, args.older_than)
+        removed = envs.prune(root, args.keep, args.older_than)
         say("removed %d environment%s: %s" % (len(removed), "" if len(removed) == 1 else "s", ", ".join(removed) or "-"))
     elif args.keep is not None or args.older_than is not None:
         raise UsageError("--keep and --older-than go with --prune")
-    per_env, stores_only, total = builds.disk_usage(root)
+    per_env, stores_only, total = envs.disk_usage(root)
     say("cache %s" % root)
     say("%-46s %-16s %-12s %9s %12s  %s" % ("environment", "torch", "git", "size", "only its own", "last used"))
-    for name, path, version, git_version, used, record in builds.environments(root):
+    for name, path, version, git_version, used, record in envs.environments(root):
         size, only = per_env.get(name, (0, 0))
         say("%-46s %-16s %-12s %6.2f GB %9.2f GB  %s" % (
-            name, version or "?", (git_version or "?")[:12], size / builds.GB, only / builds.GB,
+            name, version or "?", (git_version or "?")[:12], size / caches.GB, only / caches.GB,
             time.strftime("%Y-%m-%d %H:%M", time.localtime(used))))
         # what it holds, in full: the environment is known by the wheel's sha256
         say("    %s sha256 %s git %s from %s" % (record.get("wheel", "?"), record.get("sha256", "? (no build record)"),
                                                git_version or "?", record.get("index", "?")))
     say("packages in the shared store that no environment links: %.2f GB (cache --prune empties them)"
-        % (stores_only / builds.GB))
-    say("total on disk: %.2f GB (each file counted once: environments share the store's files)" % (total / builds.GB))
+        % (stores_only / caches.GB))
+    say("total on disk: %.2f GB (each file counted once: environments share the store's files)" % (total / caches.GB))
     return 0
 
 
@@ -442,7 +441,7 @@ def parse_args(argv):
                          "nothing for a regression (good/bad)" % (
                              "--terms" if args.terms is not None else "$SAC_BISECT_TERMS"))
     if getattr(args, "day", "latest") != "latest":
-        args.day = builds.parse_day(args.day)
+        args.day = indexes.parse_day(args.day)
     if args.command == "matrix":
         args.versions = [parse_build(v) for v in args.versions]
     if getattr(args, "keep", None) is not None and args.keep < 0:
@@ -453,9 +452,9 @@ def parse_args(argv):
     if getattr(args, "variant", None) and not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", args.variant):
         raise UsageError("--variant %r is no variant of PyTorch's index: give one like cpu or cu128" % args.variant)
     if getattr(args, "index", None):
-        args.index = builds.parse_index(args.index)
+        args.index = indexes.parse_index(args.index)
     if hasattr(args, "cache"):
-        builds.cache_dir(args.cache)  # a cache that is a file is a usage error before any work
+        caches.cache_dir(args.cache)  # a cache that cannot be one is a usage error before any work
     return args
 
 

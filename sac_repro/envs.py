@@ -1,0 +1,407 @@
+"""A cached virtual environment for each torch build, for bisect_torch.py: made, checked, reused,
+listed and pruned, under the cache (caches.py).
+
+Environments are installed with uv where it is there (one store of downloaded and unpacked
+packages under the cache, hard-linked into every environment: a package several torches need is
+downloaded once and stored once), else with pip and one shared wheel cache (downloaded once,
+unpacked into each environment). Nothing here installs into the Python that runs it. Stdlib only.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+from .builds import drop_download, GIT_VERSION
+from .caches import (cache_lock, check_free_space, downloads_dir, env_lock, GB, inside, listing, lock, read_json,
+                     unlock, venvs_dir, write_json)
+from .exits import end_group, say, Untestable, UsageError
+from .indexes import describe, install_args, PYPI
+
+# Free space an install needs, where the wheels' own sizes are not known beforehand: the largest
+# environment measured (PyPI's CUDA build of torch 2.10.0, 6.9 GB) with a margin; a CPU build
+# from PyTorch's index is about 1 GB installed.
+NEEDS = {"cuda": 8 * GB, "cpu": 1.5 * GB}
+LAST_USED = ".last-used"
+RECORD = ".sac-build.json"  # what an environment holds: the wheel, its sha256, index, torch and commit
+LEFTOVERS = (".partial", ".removing")  # an install or a removal under way, or cut short: never an environment
+
+
+# --------------------------------------------------------------------------- an environment and what it holds
+def venv_python(path):
+    return os.path.join(path, "bin", "python")
+
+
+def env_name(build):
+    """torch-VERSION-<the first 16 hex of its sha256>: nothing cut short that tells builds apart."""
+    return "torch-%s-%s" % (build.version, build.sha256[:16])
+
+
+def installed_git_version(venv):
+    """torch.version.git_version as an environment's site-packages holds it, without importing torch."""
+    for path in sorted(glob_version_files(venv)):
+        with open(path) as fh:
+            m = GIT_VERSION.search(fh.read())
+        return m.group(1) if m else None
+    return None
+
+
+def glob_version_files(venv):
+    lib = os.path.join(venv, "lib")
+    for py in (os.listdir(lib) if os.path.isdir(lib) else []):
+        path = os.path.join(lib, py, "site-packages", "torch", "version.py")
+        if os.path.exists(path):
+            yield path
+
+
+def installed_torch_version(venv):
+    for path in glob_version_files(venv):
+        with open(path) as fh:
+            m = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", fh.read(), re.M)
+        return m.group(1) if m else None
+    return None
+
+
+# --------------------------------------------------------------------------- installing
+def find_uv():
+    """uv, where it is installed: on PATH, or beside the Python running this. None: use pip."""
+    on_path = shutil.which("uv")
+    if on_path:
+        return on_path
+    beside = os.path.join(os.path.dirname(sys.executable), "uv")
+    return beside if os.access(beside, os.X_OK) else None
+
+
+def choose_installer(wanted):
+    if wanted == "pip":
+        return "pip", None
+    uv = find_uv()
+    if wanted == "uv" and not uv:
+        raise UsageError("--installer uv: uv is not on PATH (pip install uv, or leave --installer auto)")
+    return ("uv", uv) if uv else ("pip", None)
+
+
+def ensure_venv(build, cache, installer, needed, pre=False):
+    """The cached environment of one build; returns its python. Reused only where it is whole and
+    holds this very wheel, else removed and built again. Held in use (its lock, shared) until this
+    process ends, so that a prune leaves it."""
+    name = env_name(build)
+    final = os.path.join(venvs_dir(cache), name)
+    try:
+        lock(env_lock(cache, name), False, "waiting for another process installing or removing %s" % name)
+        if unusable(final, build):
+            build_venv(build, final, cache, installer, needed, pre)
+    finally:
+        drop_download(build, cache)
+    touch(final)
+    return venv_python(final)
+
+
+def unusable(path, build):
+    """Why an environment cannot be taken for this build (None: it can): something missing, another
+    wheel's sha256 in its record, another commit in its site-packages than the recorded one, or a
+    Python that no longer runs, or is another version than its torch's."""
+    if not os.path.lexists(path):
+        return "absent"
+    if not os.path.exists(os.path.join(path, "pyvenv.cfg")):
+        return "has no pyvenv.cfg"
+    record = read_json(os.path.join(path, RECORD))
+    if not isinstance(record, dict):
+        return "has no build record (%s)" % RECORD
+    if record.get("sha256") != build.sha256:
+        return "holds another wheel (sha256 %s)" % record.get("sha256")
+    if installed_torch_version(path) is None:
+        return "has no torch in its site-packages"
+    if installed_git_version(path) != record.get("git_version"):
+        return "holds torch of commit %s, not the recorded %s" % (installed_git_version(path), record.get("git_version"))
+    if not runs_its_python(path):
+        return "has a Python that does not run, or is not the one its torch was installed for"
+    return None
+
+
+def runs_its_python(path):
+    """Whether the environment's Python starts (bare: milliseconds) and is the version whose
+    site-packages holds torch."""
+    try:
+        proc = subprocess.run([venv_python(path), "-I", "-S", "-c", "import sys; print('python%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and os.path.exists(
+        os.path.join(path, "lib", proc.stdout.strip(), "site-packages", "torch", "version.py"))
+
+
+def build_venv(build, final, cache, installer, needed, pre):
+    """Installs a build under the cache's lock, shared (installs of other builds go on at once, a
+    prune waits for them), and its own, exclusive (a second install of it waits, then reuses it)."""
+    name = os.path.basename(final)
+    own = env_lock(cache, name)
+    lock(cache_lock(cache), False, "waiting for a prune of %s to end" % cache)
+    try:
+        lock(own, True, "waiting for another install of %s" % name)
+        try:
+            why = unusable(final, build)  # another install of it may have ended meanwhile
+            if why and os.path.lexists(final):
+                say("the environment %s %s: removing it and installing it again" % (name, why))
+                discard(final)
+            if why:
+                install(build, final, cache, installer, needed, pre)
+        finally:
+            lock(own, False)  # in use from here on
+    finally:
+        unlock(cache_lock(cache))
+
+
+def install(build, final, cache, installer, needed, pre):
+    """Built under NAME.partial and renamed when complete, so an interrupted install never leaves a
+    half-built environment to be reused; a signal ends the installer and removes NAME.partial."""
+    partial = final + ".partial"
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    shutil.rmtree(partial, ignore_errors=True)  # cut short before: no install of it runs (its lock)
+    check_free_space(cache, needed, build.wheel)
+    kind, uv = choose_installer(installer)
+    say("installing %s from %s with %s into %s (%s)" % (build.wheel, describe(build.index), kind, final,
+                                                         size_hint(needed)))
+    proc = None
+    try:
+        pip = new_venv(partial)
+        if kind == "uv":
+            cmd = [uv, "pip", "install", "--python", venv_python(partial), "--cache-dir", os.path.join(cache, "uv")]
+        else:
+            cmd = pip + ["install", "--disable-pip-version-check", "--cache-dir", os.path.join(cache, "pip")]
+        cmd += ["-q"] + install_args(build.index, pre) + [requirement(build)]
+        # A session of its own, ended as a whole on a signal, whatever the installer has started
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        output = []
+        reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+        reader.start()
+        started = next_note = time.time()
+        while proc.poll() is None:
+            time.sleep(0.5)
+            if time.time() >= next_note + 30:
+                next_note = time.time()
+                store = os.path.join(cache, kind)  # uv unpacks into its store, then links
+                say("  still installing %s: %.1f GB in the environment and the %s store so far, %ds" % (
+                    build.wheel, (du_bytes(partial) + du_bytes(store)) / GB, kind, next_note - started))
+        reader.join(5)
+        if proc.returncode != 0:
+            tail = "".join(l for l in output if "WARNING: Location" not in l)[-1500:]
+            raise Untestable("%s could not install %s:\n%s" % (kind, build.wheel, tail.rstrip()))
+        write_record(partial, build)
+        os.rename(partial, final)
+    except BaseException:
+        if proc is not None and proc.poll() is None:
+            end_group(proc)
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def requirement(build):
+    """That one wheel: its file, or its link with the sha256, which pip and uv check."""
+    return build.file or "torch @ %s#sha256=%s" % (build.link, build.sha256)
+
+
+def write_record(path, build):
+    write_json(os.path.join(path, RECORD), {
+        "wheel": build.wheel, "sha256": build.sha256, "index": build.index or PYPI, "link": build.link,
+        "torch": installed_torch_version(path), "git_version": installed_git_version(path)})
+
+
+def size_hint(needed):
+    return "a CUDA build: several GB, minutes" if needed >= NEEDS["cuda"] else "about %.1f GB" % (needed / GB)
+
+
+def needed_bytes(wheel_path=None, variant=None, index=None):
+    """Free space to ask for: a local wheel's own size (x3: unpacked, with its dependencies), or
+    what a build of that kind measured (PyPI's Linux torch is a CUDA build)."""
+    if wheel_path and os.path.exists(wheel_path):
+        return 3 * os.path.getsize(wheel_path) + 0.3 * GB
+    if variant == "cpu" or (index and re.search(r"/cpu/?$", index)):
+        return NEEDS["cpu"]
+    return NEEDS["cuda"]
+
+
+def new_venv(path):
+    """Makes a virtual environment as `python3 -m venv` makes one, pip included (and on Python 3.11
+    setuptools, which torch 2.5's Inductor imports); returns the pip command that installs into it.
+    In a session of its own, ended as a whole on a signal: venv runs ensurepip as a child."""
+    proc = subprocess.Popen([sys.executable, "-m", "venv", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        end_group(proc)
+        raise
+    if proc.returncode != 0:
+        raise UsageError("%s -m venv failed, and each torch under test needs its own virtual "
+                         "environment: on Debian or Ubuntu, install python3-venv (%s)" % (
+                             sys.executable, " ".join(out.split() + err.split())[-200:]))
+    return [venv_python(path), "-m", "pip"]
+
+
+def remove_venv(python):
+    """A rejected environment goes: it would stay in the cache for good."""
+    discard(os.path.dirname(os.path.dirname(python)))
+
+
+def discard(path):
+    """Renamed out of the way first (NAME.removing is never taken for an environment), then
+    deleted: a removal cut short leaves nothing that looks whole."""
+    if os.path.islink(path):
+        os.unlink(path)
+        return
+    gone = path + ".removing"
+    shutil.rmtree(gone, ignore_errors=True)
+    os.rename(path, gone)
+    shutil.rmtree(gone)
+
+
+def touch(folder):
+    with open(os.path.join(folder, LAST_USED), "w") as fh:
+        fh.write("%d\n" % time.time())
+
+
+# --------------------------------------------------------------------------- sizes, listing, pruning
+def du_bytes(path, seen=None):
+    """Bytes on disk under path, each hard-linked file counted once (across calls sharing `seen`)."""
+    seen = set() if seen is None else seen
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.lstat(os.path.join(dirpath, f))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def disk_usage(cache):
+    """(per environment {name: (bytes of all its files, bytes only it holds)}, bytes of the stores'
+    files that no environment links, bytes of the whole cache): each file counted once, whatever
+    links to it, as the disk holds it."""
+    owners, sizes = {}, {}
+    for name, path, *_ in environments(cache):
+        for dirpath, _, files in os.walk(path):
+            for f in files:
+                st = os.lstat(os.path.join(dirpath, f))
+                key = (st.st_dev, st.st_ino)
+                owners.setdefault(key, set()).add(name)
+                sizes[key] = st.st_blocks * 512
+    per_env = {}
+    for key, names in owners.items():
+        for name in names:
+            total, only = per_env.get(name, (0, 0))
+            per_env[name] = (total + sizes[key], only + (sizes[key] if len(names) == 1 else 0))
+    stores_only = 0
+    for store in ("uv", "pip"):
+        for dirpath, _, files in os.walk(os.path.join(cache, store)):
+            for f in files:
+                st = os.lstat(os.path.join(dirpath, f))
+                if (st.st_dev, st.st_ino) not in owners:
+                    stores_only += st.st_blocks * 512
+    return per_env, stores_only, du_bytes(cache)
+
+
+def environments(cache):
+    """[(name, path, torch version, git version, last use, its build record or {})] of the cache's
+    environments: never one being built or removed."""
+    root = venvs_dir(cache)
+    out = []
+    for name in listing(root):
+        path = os.path.join(root, name)
+        if os.path.islink(path) or not os.path.isdir(path) or name.endswith(LEFTOVERS):
+            continue
+        stamp = os.path.join(path, LAST_USED)
+        try:
+            used = os.path.getmtime(stamp if os.path.exists(stamp) else path)
+        except FileNotFoundError:  # removed by a prune meanwhile
+            continue
+        record = read_json(os.path.join(path, RECORD))
+        out.append((name, path, installed_torch_version(path), installed_git_version(path), used,
+                    record if isinstance(record, dict) else {}))
+    return out
+
+
+def prune(cache, keep=None, older_than_days=None, now=None):
+    """Removes environments (the least recently used beyond `keep`, or those unused for longer than
+    `older_than_days`), what installs and removals cut short left, then the store's unpacked packages
+    that no environment links any more. Waits for the installs under way (the cache's lock,
+    exclusive), and leaves an environment that a process uses. Never anything outside the cache.
+    Returns the names removed."""
+    now = time.time() if now is None else now
+    lock(cache_lock(cache), True, "waiting for the installs under way in %s to end" % cache)
+    try:
+        envs = sorted(environments(cache), key=lambda e: -e[4])
+        doomed = [(name, path) for i, (name, path, _, _, used, _) in enumerate(envs)
+                  if (keep is not None and i >= keep) or (older_than_days is not None and now - used > older_than_days * 86400)]
+        removed = [name for name, path in doomed if remove_unused(cache, name, path)]
+        remove_leftovers(cache)
+        prune_store(cache)
+    finally:
+        unlock(cache_lock(cache))
+    return removed
+
+
+def remove_unused(cache, name, path):
+    if not inside(venvs_dir(cache), path):
+        raise UsageError("refusing to remove %s: not inside the cache %s" % (path, cache))
+    if not lock(env_lock(cache, name), True, wait=False):
+        say("keeping %s: in use by another process" % name)
+        return False
+    try:
+        discard(path)
+    finally:
+        unlock(env_lock(cache, name))
+    return True
+
+
+def remove_leftovers(cache):
+    """NAME.partial and NAME.removing, and the downloads of processes that are gone: with the cache's
+    lock held exclusive no install is under way, so these were cut short."""
+    root, downloads = venvs_dir(cache), downloads_dir(cache)
+    found = [os.path.join(root, e) for e in listing(root) if e.endswith(LEFTOVERS)]
+    found += [os.path.join(downloads, e) for e in listing(downloads) if not alive(e)]
+    for path in found:
+        if os.path.isdir(path) and not os.path.islink(path) and inside(cache, path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def alive(pid):
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
+
+
+def prune_store(cache):
+    """Empties uv's store of the packages that no environment links any more (a file linked into an
+    environment has more than one link), through `uv cache clean PACKAGE`, which keeps uv's index of
+    its store whole. Without uv, or for pip's wheel cache, nothing is removed."""
+    archives = os.path.join(cache, "uv", "archive-v0")
+    uv = find_uv()
+    if not uv or not os.path.isdir(archives):
+        return []
+    linked = {}
+    for entry in os.listdir(archives):
+        path = os.path.join(archives, entry)
+        if os.path.islink(path) or not os.path.isdir(path) or not inside(cache, path):
+            continue
+        names = [d[:-len(".dist-info")].rsplit("-", 1)[0] for d in os.listdir(path) if d.endswith(".dist-info")]
+        in_use = any(os.lstat(os.path.join(d, f)).st_nlink > 1 for d, _, files in os.walk(path) for f in files)
+        for name in names:
+            key = re.sub(r"[-_.]+", "-", name).lower()
+            linked[key] = linked.get(key, False) or in_use
+    unused = sorted(name for name, in_use in linked.items() if not in_use)
+    if unused:
+        subprocess.run([uv, "cache", "clean", "--cache-dir", os.path.join(cache, "uv")] + unused,
+                       capture_output=True, text=True)
+    return unused
