@@ -4,11 +4,10 @@ f, eager SAC, sac(compile(f)) and compile(sac(f)), with the matmuls computed in 
 backward (torch.profiler on the CPU), the largest difference from eager f of the output and every
 gradient, whether the compiled graph ran, and the warnings that name compile(sac(f)).
 
-    python tests/fix_probe.py OUT.json [CASE ...]    # f, mlp, two_policies, two_policies_sac_compile
+    python tests/fix_probe.py OUT.json [CASE ...]    # cases: f, mlp, two_policies
 
-two_policies is the side finding: compile(sac(f)) for two policies that differ only in the ops
-their closure holds, one after the other in one process, with their backward matmuls;
-two_policies_sac_compile the same for sac(compile(f)), where the candidate guards on the policy.
+two_policies: one compiled f under two policies in turn, sac(compile(f)), each policy's backward
+matmuls (the candidate guards a compiled frame on its policy).
 """
 import copy
 import functools
@@ -104,30 +103,38 @@ def run_case(case):
     return rows
 
 
-def two_policies(arrangement):
-    """One helper makes `arrangement` for two policies: the same code, closures that differ only
-    in the ops they save. Each policy's backward matmuls in the order run, then the second's again
-    after torch._dynamo.reset(), which drops what was compiled for the first."""
+def two_policies():
+    """sac(compile(f)) of one compiled f under two policies that differ only in the ops their
+    closure saves: each one's backward matmuls in the order run, then the second's again after
+    torch._dynamo.reset(). The candidate guards each compiled frame on its policy."""
     def f(x, w):
         return torch.sin(x @ w)
 
     compiled_f = torch.compile(f)
-
-    def make(ops):
-        context_fn = policy_saving(ops)
-        if arrangement == "compile(sac(f))":
-            return torch.compile(lambda x, w: checkpoint(f, x, w, use_reentrant=False, context_fn=context_fn))
-        return lambda x, w: checkpoint(compiled_f, x, w, use_reentrant=False, context_fn=context_fn)
-
     out = []
     for name, ops in (("save mm", [torch.ops.aten.mm.default]), ("save nothing", []), ("reset", None)):
         if ops is None:
             torch._dynamo.reset()
             name, ops = "save nothing after reset", []
+        context_fn = policy_saving(ops)
         x, w = torch.randn(16, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
-        row, _ = measure(make(ops), [x, w], [])
+        row, _ = measure(lambda a, b: checkpoint(compiled_f, a, b, use_reentrant=False, context_fn=context_fn),
+                         [x, w], [])
         out.append([name, row["bwd_mm"]])
     return out
+
+
+def replaced_where(names):
+    """The file that defines each replaced torch function as it is now."""
+    import importlib
+    where = {}
+    for name in names or ():
+        module, attrs = name.split(":")
+        obj = importlib.import_module(module)
+        for attr in attrs.split("."):
+            obj = getattr(obj, attr)
+        where[name] = obj.__code__.co_filename
+    return where
 
 
 def main(path, cases):
@@ -136,13 +143,11 @@ def main(path, cases):
     site = sys.modules.get("sitecustomize")
     result["label"] = getattr(site, "CHANGE_LABEL", None)
     result["replaced"] = getattr(site, "REPLACED", None)
+    result["replaced_in"] = replaced_where(result["replaced"])
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for case in cases:
-            if case.startswith("two_policies"):
-                result[case] = two_policies("sac(compile(f))" if case.endswith("sac_compile") else "compile(sac(f))")
-            else:
-                result[case] = run_case(case)
+            result[case] = two_policies() if case == "two_policies" else run_case(case)
     result["warnings"] = [str(w.message) for w in seen if WARNING_NAMES in str(w.message)]
     with open(path, "w") as fh:
         json.dump(result, fh, indent=1)
