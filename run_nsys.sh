@@ -27,6 +27,7 @@ set -u
 # Anything else that ends it, a bash error included, leaves as 125, 128 or 128+n.
 judged=""
 trap 'rc=$?
+      [ -n "${handoff:-}" ] && rm -f "$handoff"
       case "$rc" in
         0|1) [ "$judged" = "$rc" ] || [ "$rc.${helped:-}" = 0.yes ] || { echo "run_nsys.sh: ended with $rc outside the verdict (a bug here, not a verdict)" >&2; exit 128; } ;;
         125|128|129|130|131|143) ;;
@@ -144,6 +145,12 @@ check_capture_options
 # capture wrote it, never an older one that happens to lie here.
 identity() { stat -c '%i %s %y' "$1" 2>/dev/null || echo none; }
 
+# The capture run writes here the torch it ran, what changed that torch in-process (the revert in
+# tools/revert_fix, say) and what Dynamo said; the judge of its capture names them.
+handoff=$(mktemp "${TMPDIR:-/tmp}/run_nsys_run.XXXXXX") || die "cannot create a temporary file (TMPDIR=${TMPDIR:-/tmp})"
+# The judge's --_env: only when the capture run wrote it.
+handed() { handed=(); if [ -s "$handoff" ]; then handed=(--_env "$handoff"); fi; }
+
 # Inductor's compile workers make the raw capture about 2 GB; one thread keeps it to a few MB.
 export TORCHINDUCTOR_COMPILE_THREADS=1
 
@@ -175,8 +182,8 @@ if command -v nsys >/dev/null 2>&1; then
   if [ -n "$(section stop-on-exit)" ]; then flags+=(-x true); else note "$version has no -x/--stop-on-exit; it stops on exit by default"; fi
   flags+=(-o "$name")
   before_rep=$(identity "$name.nsys-rep") before_qdrep=$(identity "$name.qdrep")
-  echo "+ nsys profile ${flags[*]} $py $script --loops-only ${capture[*]+${capture[*]}}" >&2
-  run_bg nsys profile "${flags[@]}" "$py" "$script" --loops-only ${capture[@]+"${capture[@]}"}
+  echo "+ nsys profile ${flags[*]} $py $script --loops-only --_env $handoff ${capture[*]+${capture[*]}}" >&2
+  run_bg nsys profile "${flags[@]}" "$py" "$script" --loops-only --_env "$handoff" ${capture[@]+"${capture[@]}"}
   # The capture run could not run the report's code (or its loops raised): nothing to judge.
   [ $rc -eq 125 ] && { note "the capture run says cannot_test (exit 125): not judged"; exit 125; }
   if [ "$(identity "$name.nsys-rep")" != "$before_rep" ]; then report=$name.nsys-rep
@@ -186,19 +193,21 @@ if command -v nsys >/dev/null 2>&1; then
          "$([ "$before_rep" != none ] && echo "(the $name.nsys-rep here is older: not judged)")" >&2
     exit 125
   fi
-  judge --from-nsys "$report" ${judge_opts[@]+"${judge_opts[@]}"}
+  handed
+  judge --from-nsys "$report" ${handed[@]+"${handed[@]}"} ${judge_opts[@]+"${judge_opts[@]}"}
 elif command -v ncu >/dev/null 2>&1; then
   note "nsys is not on PATH; using Nsight Compute instead (replays every kernel: slower)"
   # --profile-from-start off honours the script's cudaProfilerStart/Stop, as the nsys capture range does;
   # one cheap metric instead of ncu's default sections keeps the replay short.
-  echo "+ ncu --nvtx --print-summary per-nvtx --profile-from-start off --metrics gpu__time_duration.sum $py $script --loops-only ${capture[*]+${capture[*]}}" >&2
+  echo "+ ncu --nvtx --print-summary per-nvtx --profile-from-start off --metrics gpu__time_duration.sum $py $script --loops-only --_env $handoff ${capture[*]+${capture[*]}}" >&2
   # The shell empties $name.ncu.txt before ncu starts: what it holds afterwards is this capture's.
   : > "$name.ncu.txt" || die "cannot write $name.ncu.txt"
   run_bg sh -c 'exec "$@" > "$0"' "$name.ncu.txt" ncu --nvtx --print-summary per-nvtx --profile-from-start off \
-    --metrics gpu__time_duration.sum "$py" "$script" --loops-only ${capture[@]+"${capture[@]}"}
+    --metrics gpu__time_duration.sum "$py" "$script" --loops-only --_env "$handoff" ${capture[@]+"${capture[@]}"}
   [ $rc -eq 125 ] && { note "the capture run says cannot_test (exit 125): not judged"; exit 125; }
   [ -s "$name.ncu.txt" ] || { echo "cannot_test: ncu wrote nothing (exit $rc)" >&2; exit 125; }
-  judge --from-ncu "$name.ncu.txt" ${judge_opts[@]+"${judge_opts[@]}"}
+  handed
+  judge --from-ncu "$name.ncu.txt" ${handed[@]+"${handed[@]}"} ${judge_opts[@]+"${judge_opts[@]}"}
 else
   cat >&2 <<EOF
 run_nsys.sh: neither nsys (Nsight Systems) nor ncu (Nsight Compute) is on PATH.

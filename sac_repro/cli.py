@@ -19,7 +19,7 @@ from . import outputs, plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from .exits import (codes_help, end_group, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
                     OutputError, raised_by_this_bundle, UsageError)
-from .render import PROGRESS, render_markdown, render_policy_markdown, render_text, rerun_command
+from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_policy_markdown, render_text, rerun_command
 from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
 
@@ -100,6 +100,9 @@ def parse_args(argv, doc):
     src.add_argument("--from-ncu", metavar="FILE",
                      help="judge from `ncu --nvtx --print-summary per-nvtx` output")
     p.add_argument("--_child", metavar="OUT", dest="child_out", help=argparse.SUPPRESS)
+    # run_nsys.sh's hand-off: --loops-only writes the torch it ran (and what changed it in-process)
+    # to FILE, and the judge of the capture reads it, so that its report names that torch
+    p.add_argument("--_env", metavar="FILE", dest="env_file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.terms = "fix" if args.hunt_fix else "regression"
     check_paths(args)
@@ -150,7 +153,8 @@ def run(script_path, argv):
         return child(script_path, args)
     if args.from_nsys is not None or args.from_ncu is not None:
         kind, path = ("ncu", args.from_ncu) if args.from_ncu is not None else ("nsys", args.from_nsys)
-        report = report_from_loops(load_ranges(path, kind), "%s %s" % (kind, path), args.terms, args.strict_policy)
+        report = report_from_loops(load_ranges(path, kind), "%s %s" % (kind, path), args.terms, args.strict_policy,
+                                   load_capture_run(args.env_file))
     else:
         raw, log = run_child(script_path, args)
         if raw["status"] == "our_bug":
@@ -162,7 +166,7 @@ def run(script_path, argv):
         if raw.get("show_log") and log.strip():
             sys.stderr.write("--- the torch under test printed (last lines):\n%s\n---\n" % log[-3000:])
         if args.loops_only:
-            return loops_only_exit(raw)
+            return loops_only_exit(raw, args.env_file)
         report = report_from_child(raw, args.terms, args.strict_policy)
     if args.plot:
         draw(report, args)
@@ -214,17 +218,40 @@ def emit(text):
         raise OutputError("cannot write the report to standard output: %s" % (e.strerror or e))
 
 
-def loops_only_exit(raw):
+def loops_only_exit(raw, env_file):
     """No verdict: 0 when the report's loops ran through, 125 when they raised or could not run."""
+    changed = raw.get("env", {}).get("changes")
+    torch_said = "torch %s%s" % (raw.get("env", {}).get("torch"), "; changed: " + changes_said(changed) if changed else "")
     if raw["status"] != "ok":
         emit("cannot_test: " + raw["reason"])
         return EXIT_CANNOT_TEST
     if raw.get("loops_error"):
-        emit("cannot_test: the report's loops raised %s; a capture of them is incomplete" % raw["loops_error"])
+        emit("cannot_test: the report's loops raised %s (%s); a capture of them is incomplete: the script "
+             "itself, without --loops-only, judges this torch" % (raw["loops_error"], torch_said))
+        for line in dynamo_lines(raw):
+            emit(line)
         return EXIT_CANNOT_TEST
-    emit("ran the report's two loops on %s (torch %s); judge them with --from-nsys or --from-ncu"
-         % (raw["env"]["device"], raw["env"]["torch"]))
+    if env_file:
+        outputs.write_text(env_file, json.dumps({"env": raw["env"], "dynamo_skips": raw.get("dynamo_skips", [])}),
+                           "--_env")
+    emit("ran the report's two loops on %s (%s); judge them with --from-nsys or --from-ncu"
+         % (raw["env"]["device"], torch_said))
     return EXIT_OK
+
+
+def load_capture_run(path):
+    """--_env FILE, as --loops-only wrote it; None without one."""
+    if path is None:
+        return None
+    try:
+        with open(path) as fh:
+            got = json.load(fh)
+        if not isinstance(got, dict) or not isinstance(got.get("env"), dict) or not isinstance(got.get("dynamo_skips"), list):
+            raise ValueError("not what --loops-only writes")
+    except (OSError, ValueError) as e:
+        raise UsageError("--_env %s: %s (it is run_nsys.sh's hand-off from the capture run; leave it out)"
+                         % (path, one_line(e)))
+    return got
 
 
 def child(script_path, args):

@@ -50,7 +50,15 @@ def rerun_command(report, script_path, argv):
         prefix += ["%s=%s" % (k, shlex.quote(v)) for k, v in sorted(c.get("env", {}).items())]
         if c.get("pythonpath"):
             prefix.append("PYTHONPATH=" + shlex.quote(shown_path(c["pythonpath"])))
-    return " ".join(prefix + ["python", os.path.basename(script_path)] + [shlex.quote(a) for a in argv])
+    shown, skip = [], False
+    for a in argv:  # run_nsys.sh's hand-off file (cli.py's --_env) is gone once it has judged
+        if skip or a.startswith("--_env="):
+            skip = False
+        elif a == "--_env":
+            skip = True
+        else:
+            shown.append(a)
+    return " ".join(prefix + ["python", os.path.basename(script_path)] + [shlex.quote(a) for a in shown])
 
 
 def dynamo_lines(report):

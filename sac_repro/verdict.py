@@ -315,11 +315,15 @@ def index_list(indices):
     return ", ".join(out)
 
 
-def report_from_loops(ranges, source, terms, strict_policy):
+def report_from_loops(ranges, source, terms, strict_policy, capture_run=None):
     """The verdict of a profiler capture of the report's loops (captures.py): one NVTX range per
-    call, each judged on its own, and only when the capture holds exactly the report's calls."""
+    call, each judged on its own, and only when the capture holds exactly the report's calls.
+    capture_run is what the capture run itself wrote (cli.py's --_env, run_nsys.sh passes it): the
+    torch it ran, what changed that torch in-process, and Dynamo's words during the loops."""
     calls, problems, other = calls_of_loops(ranges)
-    report = new_report(source, {"device": "cuda"})
+    capture_run = capture_run or {}
+    report = new_report(source, dict(capture_run.get("env") or {}, device="cuda"))
+    report["dynamo_skips"] = capture_run.get("dynamo_skips", [])
     report["policy"] = {"with_context_matmul_recomputed_in_backward": None,
                         "workaround_matmul_recomputed_in_backward": None,
                         "reason": "not measured: the report's loops run forward only"}

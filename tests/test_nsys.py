@@ -1,6 +1,8 @@
 """run_nsys.sh and the nsys/ncu analysers: flags, error paths, exit codes, recorded data."""
+import json
 import lzma
 import os
+import re
 import shutil
 import signal
 import stat
@@ -11,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, data, judge, run
+from conftest import REVERTED_CSV, ROOT, data, judge, run
 from sac_repro.exits import HANDLED_SIGNALS
 
 WRAPPER = os.path.join(ROOT, "run_nsys.sh")
@@ -192,7 +194,7 @@ def test_wrapper_respells_legacy_flags_for_nsys_2023(fake_tools, csv_text, rc):
     assert "-w true -t cuda,nvtx,cudnn,cublas -s process-tree --capture-range=cudaProfilerApi " \
            "--capture-range-end=stop --kill=none --force-overwrite true -x true -o " \
            "torch_compile_selective_activation_checkpoint" in profile
-    assert profile.split(" [")[0].endswith("--loops-only --device cuda")
+    assert re.search(r"--loops-only --_env \S+ --device cuda$", profile.split(" [")[0])
     assert "has no '-s cpu'" in stderr
     assert "nsys stats -q -r nvtx_kern_sum -f csv -o - --force-export=true " \
            "torch_compile_selective_activation_checkpoint.nsys-rep" in calls
@@ -533,6 +535,86 @@ def test_an_ncu_that_wrote_nothing_cannot_test(fake_tools):
     got, stdout, stderr, _ = fake_tools()
     assert got == 125, stdout + stderr
     assert "ncu wrote nothing" in stderr and "VERDICT" not in stdout
+
+
+# An nsys that runs the application it is given, as the real one does, and reports a recorded capture.
+APP_RUNNING_NSYS = """#!/bin/bash
+case "$1" in
+  --version) echo "NVIDIA Nsight Systems version 2023.4.4.54-234433681190v0" ;;
+  profile)
+    if [ "$2" = "--help" ]; then cat "$FAKE_HELP"; exit 0; fi
+    shift; while [ "$1" != "-o" ]; do shift; done; out=$2; shift 2
+    "$@"; rc=$?; echo fake > "$out.nsys-rep"; exit $rc ;;
+  stats) cat "$FAKE_CSV" ;;
+esac
+"""
+
+
+def with_compiler(fake_tools):
+    """PATH for a capture run that really compiles on the CPU: Inductor's C++ compiler too (after the
+    fakes, which a real nsys there cannot shadow)."""
+    return "%s:%s:%s" % (fake_tools.tmp / "bin", system_tools(fake_tools.tmp), os.path.dirname(shutil.which("g++")))
+
+
+def test_the_capture_runs_torch_reaches_the_judges_report(fake_tools):
+    """The judge of a capture names the torch the capture ran (run_nsys.sh's --_env hand-off),
+    and the hand-off is gone afterwards."""
+    fake_tools.install("nsys", APP_RUNNING_NSYS)
+    rc, stdout, stderr, _ = fake_tools("--", "--device", "cpu", "--markdown", FAKE_CSV=REVERTED_CSV,
+                                       FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"), TMPDIR=fake_tools.tmp,
+                                       PATH=with_compiler(fake_tools))
+    import torch
+    assert rc == 1, stdout + stderr
+    assert "ran the report's two loops on cpu (torch %s);" % torch.__version__ in stdout
+    judged = "\n".join(stdout.splitlines()[1:])  # the judge's markdown, after the capture run's line
+    assert "torch %s" % torch.__version__ in judged
+    assert "--_env" not in judged  # not in the markdown's command
+    assert not [p for p in os.listdir(fake_tools.tmp) if p.startswith("run_nsys_run.")]
+
+
+def test_under_the_revert_the_capture_run_names_it_and_quotes_dynamo(fake_tools):
+    """2.12 and later, with the fix reverted: the report's loops raise Dynamo's fullgraph error, so
+    no capture is judged; the capture run says which torch ran and why Dynamo skipped f."""
+    fake_tools.install("nsys", APP_RUNNING_NSYS)
+    import torch
+    if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 12):
+        pytest.skip("the fullgraph error of the report's loops comes with 2.12")
+    rc, stdout, stderr, _ = fake_tools("--", "--device", "cpu", FAKE_CSV=REVERTED_CSV,
+                                       FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+                                       PYTHONPATH=os.path.join(ROOT, "tools", "revert_fix"), PATH=with_compiler(fake_tools))
+    assert rc == 125, stdout + stderr
+    first, dynamo = stdout.splitlines()
+    assert "changed: the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)" in first
+    assert dynamo == ("dynamo (the report's loops): skipping: f (reason: non-infra torch dispatch mode present, "
+                      "this is not supported today in torch.compile)")
+
+
+def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path):
+    """What the capture run handed over is what the judge's text, markdown and JSON say."""
+    change = {"label": "the 2.10 fix reverted in-process", "file": os.path.join(ROOT, "tools", "revert_fix", "sitecustomize.py"),
+              "pythonpath": os.path.join(ROOT, "tools", "revert_fix"), "env": {}}
+    handoff = tmp_path / "handoff.json"
+    handoff.write_text(json.dumps({"env": {"torch": "2.11.0+cu130", "device": "cuda", "changes": [change]},
+                                   "dynamo_skips": [{"where": "the report's loops", "frame": "f", "source": "log",
+                                                     "reason": "non-infra torch dispatch mode present"}]}))
+    rc, text, _ = judge("--from-nsys", REVERTED_CSV, "--_env", handoff)
+    assert rc == 1
+    assert "torch 2.11.0+cu130" in text and "| changed: the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)" in text
+    assert "dynamo (the report's loops): skipping: f (reason: non-infra torch dispatch mode present)" in text
+    rc, markdown, _ = judge("--from-nsys", REVERTED_CSV, "--markdown", "--_env", handoff)
+    assert "PYTHONPATH=tools/revert_fix python torch_compile_selective_activation_checkpoint.py --from-nsys" in markdown
+    assert "--_env" not in markdown
+    rc, as_json, _ = judge("--from-nsys", REVERTED_CSV, "--json", "-", "--_env", handoff)
+    assert json.loads(as_json)["torch_changes"] == [change]
+
+
+@pytest.mark.parametrize("content", ["", "[]", '{"env": 3, "dynamo_skips": []}', "{"])
+def test_a_hand_off_that_is_not_the_capture_runs_is_a_usage_error(tmp_path, content):
+    handoff = tmp_path / "handoff.json"
+    handoff.write_text(content)
+    rc, stdout, stderr = judge("--from-nsys", REVERTED_CSV, "--_env", handoff)
+    assert rc == 128 and stdout == ""
+    assert "--_env %s:" % handoff in stderr and "leave it out" in stderr and len(stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.release
