@@ -16,10 +16,10 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from .changes import torch_changes
-from .exits import CannotTest, UsageError
-from .measure import backward_matmuls, fresh_code
+from .exits import CannotTest, one_line, UsageError
+from .measure import backward_matmuls, fresh_code, FULLGRAPH_FRAME
 from .render import changes_said
-from .verdict import B_EAGER, B_EAGER_SAC, B_NO_CHECKPOINT, B_REPORTED, B_WORKAROUND, B_WRAPPED
+from .verdict import B_EAGER, B_EAGER_SAC, B_NO_CHECKPOINT, B_REPORTED, B_WORKAROUND, B_WRAPPED, refused_to_run_eagerly
 
 MATMULS = [torch.ops.aten.mm.default]
 WORKAROUND = B_WORKAROUND
@@ -183,6 +183,17 @@ def setup(args):
     return dist.get_rank(), dist.get_world_size(), init_device_mesh(args.device, (dist.get_world_size(),))
 
 
+def refusal(name, e):
+    """2.12 and later: fullgraph=True turns the bug into Dynamo's error. Said whole, in Dynamo's
+    words for this bench's own frames (torch's skipfiles frames say nothing about the bug)."""
+    skipped = ["%s (reason: %s)" % (m["frame"], m["reason"].strip()) for m in FULLGRAPH_FRAME.finditer(str(e))
+               if os.path.realpath(m["file"].strip()) == os.path.realpath(__file__)]
+    changed = torch_changes(torch)
+    return ("%s cannot run compiled on torch %s%s: Dynamo refused it under fullgraph=True, skipping %s; "
+            "nothing to time" % (name, torch.__version__, " (changed: %s)" % changes_said(changed) if changed else "",
+                                 "; ".join(skipped) or one_line(e)))
+
+
 def measure(args):
     """Checks, times and prints every arrangement; returns the table on rank 0 (None on the others)."""
     args.dtype = torch.float32 if args.small else torch.bfloat16
@@ -204,7 +215,12 @@ def measure(args):
         model = build(name, wrap, weights, args, mesh)
         if args.fsdp and name == "eager":
             say("FSDP2 layout: " + fsdp_layout(model))
-        loss, grads = loss_and_grads(model, x)
+        try:
+            loss, grads = loss_and_grads(model, x)
+        except Exception as e:
+            if not refused_to_run_eagerly(e):
+                raise
+            raise CannotTest(refusal(name, e))
         err = max(abs(loss.item() - ref_loss.item()) / abs(ref_loss.item()), max_rel_err(grads, ref_grads))
         err = across_ranks(err, dist.ReduceOp.MAX)
         ok = err <= args.tolerance
