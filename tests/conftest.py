@@ -187,6 +187,13 @@ def quick_venv(tmp_path_factory):
     return {"PYTHONPATH": str(root / "shim"), "QUICK_VENV_TEMPLATE": str(template)}
 
 
+def recorded(path):
+    """A recorded child's (or capture run's) JSON, as read here: the recording machine's bundle
+    folder, written `<repo>` in tests/data, is this checkout's."""
+    with open(path) as fh:
+        return json.loads(fh.read().replace("<repo>", ROOT))
+
+
 def data(*parts):
     """Files recorded on real hardware (see tests/data/README.md)."""
     return os.path.join(DATA, *parts)

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import data, judge, ROOT, SCRIPT
+from conftest import data, judge, recorded, ROOT, SCRIPT
 from sac_repro import plot, verdict
 
 pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
@@ -59,7 +59,7 @@ def is_image(path):
 # ------------------------------------------------------------------------ torch.profiler path
 @pytest.mark.parametrize("name", sorted(CHILDREN))
 def test_the_profiler_picture_draws_each_call_as_judged(tmp_path, name):
-    raw = json.load(open(CHILDREN[name]))
+    raw = recorded(CHILDREN[name])
     report = verdict.report_from_child(copy.deepcopy(raw), "regression", False)
     series = plot.draw_report(report, str(tmp_path / "p.png"))
     assert is_image(tmp_path / "p.png") and os.path.getsize(tmp_path / "p.png") < 200_000
@@ -73,16 +73,16 @@ def test_the_profiler_picture_draws_each_call_as_judged(tmp_path, name):
 
 
 def test_the_profiler_picture_of_a_refused_call_draws_nothing_for_it(tmp_path):
-    report = verdict.report_from_child(json.load(open(CHILDREN["2.13 fix reverted"])), "regression", False)
+    report = verdict.report_from_child(recorded(CHILDREN["2.13 fix reverted"]), "regression", False)
     series = plot.draw_report(report, str(tmp_path / "p.svg"))
     assert is_image(tmp_path / "p.svg")
     assert [(kind, drawn) for kind, drawn, _ in series["with_context"]] == [("eager", {})] * 3
 
 
 def test_the_policy_panel_draws_the_judged_counts():
-    report = verdict.report_from_child(json.load(open(CHILDREN["2.13 fixed"])), "regression", False)
+    report = verdict.report_from_child(recorded(CHILDREN["2.13 fixed"]), "regression", False)
     counts, baseline = plot.policy_series(report)
-    raw = json.load(open(CHILDREN["2.13 fixed"]))["scenarios"]
+    raw = recorded(CHILDREN["2.13 fixed"])["scenarios"]
     assert counts == {k: v["backward_matmuls"] for k, v in raw.items() if v.get("backward_matmuls") is not None}
     assert baseline == 2
 

@@ -11,12 +11,12 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import data, judge, run
+from conftest import data, judge, recorded, run
 from sac_repro import cli, exits, render, verdict
 
-FIXED = json.load(open(data("cpu-torch2.13", "child_fixed.json")))
-REVERTED = json.load(open(data("cpu-torch2.13", "child_fix_reverted.json")))
-AFFECTED = json.load(open(data("cpu-torch2.9.1", "child.json")))
+FIXED = recorded(data("cpu-torch2.13", "child_fixed.json"))
+REVERTED = recorded(data("cpu-torch2.13", "child_fix_reverted.json"))
+AFFECTED = recorded(data("cpu-torch2.9.1", "child.json"))
 BENCH = {"schema": 1, "torch": "2.11.0+cu130", "device": "NVIDIA H200", "world": 1, "fsdp": False, "layers": 4,
          "hidden": 4096, "tokens": 16384, "dtype": "bfloat16", "baseline": "compile(sac(block)) [workaround]",
          "rows": {"compiled, no checkpoint": {"median": 83.9, "mem": 6.13, "bwd_mm": 16},

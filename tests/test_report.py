@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import data, judge, REVERTED_CSV, ROOT, SCRIPT
+from conftest import data, judge, recorded as recorded_child, REVERTED_CSV, ROOT, SCRIPT
 from sac_repro import render, verdict
 
 EXPECTED_OUTPUT = os.path.join(ROOT, "expected_output.md")
@@ -99,12 +99,15 @@ def recorded_block(heading):
 def drift_lines(lines):
     """What must not drift between a transcript and today's code: the verdict and policy lines,
     Expected and Actual, the per-loop kernel lines of a capture, and the table's shape (kernel name
-    prefixes and timings may differ). Nothing from collect_env, which is the machine's."""
+    prefixes and timings may differ), and what changed the torch in-process. Nothing from
+    collect_env, which is the machine's."""
     lines = lines[:next((i for i, l in enumerate(lines) if l.startswith("<details><summary>Versions")), len(lines))]
     kept = [l for l in lines if l.startswith(("VERDICT:", "policy (MUST_SAVE", "policy was asked about:",
                                                 "f_compiled_with", "- **", "**This ", "#### ", "Not pytorch/",
                                                 "dynamo (", "the report's loops raised", "hint:"))
             or re.match(r"\s+\d+ x \S", l)]
+    # the environment is the machine's, but not what changed its torch in-process
+    kept += ["changed: " + l.partition(" | changed: ")[2] for l in lines if l.startswith("environment:")]
     return kept, table_shape(lines)
 
 
@@ -126,10 +129,12 @@ def judged_text(raw, *, drop=()):
 
 
 def transcript_runs(lines):
-    """A transcript of several runs, split at each `evidence:` line (one per judged report)."""
+    """A transcript of several runs, split where each judged report starts: at its `environment:`
+    line, or its `evidence:` line where it knows no environment."""
     runs, current = [], []
     for l in lines:
-        if l.startswith("evidence:") and current:
+        after_environment = bool(current) and current[-1].startswith("environment:")
+        if current and (l.startswith("environment:") or (l.startswith("evidence:") and not after_environment)):
             runs.append(current)
             current = []
         current.append(l)
@@ -152,18 +157,22 @@ def test_the_cpu_fixed_transcript_is_what_the_code_prints_today(fixed_run):
 ])
 def test_the_recorded_transcripts_are_what_the_code_prints_today(heading, child, drop):
     _, recorded = recorded_block(heading)
-    raw = json.load(open(data(*child)))
+    raw = recorded_child(data(*child))
     assert drift_lines(recorded) == drift_lines(judged_text(raw, drop=drop))
 
 
 @pytest.mark.unit
-def test_the_h200_run_nsys_transcript_is_what_the_code_prints_today():
+def test_the_h200_run_nsys_transcript_is_what_the_code_prints_today(tmp_path):
     """The transcript judged its capture twice, with --hunt-fix and plainly; the recorded capture
     of the same kind (tests/data/h200-torch2.11-fix-reverted/) must read the same today."""
     _, recorded = recorded_block("## H200, torch 2.11 with the fix reverted in-process: `run_nsys.sh")
     runs = transcript_runs([l for l in recorded if not l.startswith(("run_nsys", "+ ", "sac-repro:"))])
     assert len(runs) == 3  # the capture run's own lines, then the two judged reports
-    for extra, run_lines in zip((["--hunt-fix"], []), runs[1:]):
+    # the capture's own judge gets the capture run's hand-off (recorded beside the capture); the
+    # second, `--report` on the file alone, gets none
+    handoff = tmp_path / "capture_run.json"
+    handoff.write_text(json.dumps(recorded_child(data("h200-torch2.11-fix-reverted", "capture_run.json"))))
+    for extra, run_lines in zip((["--hunt-fix", "--_env", handoff], []), runs[1:]):
         rc, stdout, _ = judge("--from-nsys", REVERTED_CSV, *extra)
         assert drift_lines(run_lines) == drift_lines(stdout.splitlines())
         assert "(exit %d)" % rc in next(l for l in run_lines if l.startswith("VERDICT:"))
