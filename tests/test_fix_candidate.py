@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run
 from test_upstream import BLOCK_ALONE, kinds, run_modules, STANDALONE_MODULE
 
 CANDIDATE = os.path.join(ROOT, "tools", "fix_candidate")
@@ -168,3 +168,16 @@ def test_on_a_release_warn_mode_changes_no_number_and_without_the_candidate_noth
 @pytest.mark.parametrize("version", RELEASES)
 def test_on_a_release_the_side_finding_reproduces(release_python, version):
     assert_side_finding(*policy_guard(release_python(version), candidate=False))
+
+
+@pytest.mark.release
+def test_on_2_11_0_the_script_names_the_candidate_and_its_policy_line_shows_the_matmul_saved(release_python):
+    # 2.11 is the H200's torch: the candidate loads there, and the run says so on its first line
+    rc, stdout, stderr = run(release_python("2.11.0"), "--device", "cpu",
+                             env={"PYTHONPATH": CANDIDATE, "CUDA_VISIBLE_DEVICES": ""})
+    assert rc == 0, (rc, stdout[-2000:], stderr[-3000:])
+    environment = stdout.splitlines()[0]
+    assert environment.startswith("environment: ") and "torch 2.11.0+" in environment, environment
+    assert environment.endswith("changed: candidate fix for the SAC policy under sac(compile(f)) loaded in-process "
+                                "(mode: fix) (tools/fix_candidate/sitecustomize.py)"), environment
+    assert "with_context 2 -> saved" in stdout, stdout
