@@ -138,11 +138,11 @@ if os.path.exists(up):
     outcomes, current, ends = {}, None, ("unexpected success", "expected failure", "ok", "FAIL", "ERROR")
     for line in open(up):
         line = line.rstrip()
-        m = re.match(r"(test_\w+) \.\.\. ?(.*)$", line)
+        m = re.match(r"(test_\w+) (?:\(\S+\) )?\.\.\. ?(.*)$", line)  # 3.11 names the class in parentheses
         if m:
             current, line = m.group(1), m.group(2)
         if current:
-            hit = next((e for e in ends if line.endswith(e)), "skipped" if line.startswith("skipped") else None)
+            hit = next((e for e in ends if line == e), "skipped" if line.startswith("skipped ") else None)
             if hit:
                 outcomes[current], current = hit, None
         if re.match(r"Ran \d+ tests|(OK|FAILED)\b", line):
