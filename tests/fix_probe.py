@@ -4,10 +4,12 @@ f, eager SAC, sac(compile(f)) and compile(sac(f)), with the matmuls computed in 
 backward (torch.profiler on the CPU), the largest difference from eager f of the output and every
 gradient, whether the compiled graph ran, and the warnings that name compile(sac(f)).
 
-    python tests/fix_probe.py OUT.json [CASE ...]    # cases: f, mlp, two_policies
+    python tests/fix_probe.py OUT.json [CASE ...]    # cases: f, mlp, two_policies, compile_sac_two_policies
 
 two_policies: one compiled f under two policies in turn, sac(compile(f)), each policy's backward
-matmuls (the candidate guards a compiled frame on its policy).
+matmuls (the candidate guards a compiled frame on its policy). compile_sac_two_policies: the same
+for compile(sac(f)), each policy compiled on its own, as code that builds its compiled step in a
+helper does (tools/fix_candidate/repro_policy_guard.py, docs/fix.md).
 """
 import copy
 import functools
@@ -103,14 +105,15 @@ def run_case(case):
     return rows
 
 
+def sin_mm(x, w):
+    return torch.sin(x @ w)
+
+
 def two_policies():
     """sac(compile(f)) of one compiled f under two policies that differ only in the ops their
     closure saves: each one's backward matmuls in the order run, then the second's again after
     torch._dynamo.reset(). The candidate guards each compiled frame on its policy."""
-    def f(x, w):
-        return torch.sin(x @ w)
-
-    compiled_f = torch.compile(f)
+    compiled_f = torch.compile(sin_mm)
     out = []
     for name, ops in (("save mm", [torch.ops.aten.mm.default]), ("save nothing", []), ("reset", None)):
         if ops is None:
@@ -122,6 +125,28 @@ def two_policies():
                          [x, w], [])
         out.append([name, row["bwd_mm"]])
     return out
+
+
+def compile_sac_two_policies():
+    """compile(sac(f)) made by one helper for a policy that saves the matmul, then for one that
+    saves nothing (the same code, closures that differ in the ops they save), then the second
+    again after torch._dynamo.reset(): each one's backward matmuls."""
+    def compile_sac(ops):
+        context_fn = policy_saving(ops)
+        return torch.compile(lambda a, b: checkpoint(sin_mm, a, b, use_reentrant=False, context_fn=context_fn))
+
+    out = []
+    for name, ops in (("save mm", [torch.ops.aten.mm.default]), ("save nothing", []), ("reset", None)):
+        if ops is None:
+            torch._dynamo.reset()
+            name, ops = "save nothing after reset", []
+        x, w = torch.randn(16, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
+        row, _ = measure(compile_sac(ops), [x, w], [])
+        out.append([name, row["bwd_mm"]])
+    return out
+
+
+CASES = {"two_policies": two_policies, "compile_sac_two_policies": compile_sac_two_policies}
 
 
 def replaced_where(names):
@@ -147,7 +172,7 @@ def main(path, cases):
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for case in cases:
-            result[case] = two_policies() if case == "two_policies" else run_case(case)
+            result[case] = CASES[case]() if case in CASES else run_case(case)
     result["warnings"] = [str(w.message) for w in seen if WARNING_NAMES in str(w.message)]
     with open(path, "w") as fh:
         json.dump(result, fh, indent=1)

@@ -1,0 +1,183 @@
+"""tools/fix_candidate, the candidate PyTorch change, measured on real torch in children of its own
+(tests/fix_probe.py): under it sac(compile(f)) computes the matmuls that eager SAC computes, with
+eager's numerics and compiled code still running; its warn mode changes no number and warns once,
+naming compile(sac(f)); without it nothing changes. The fast tier measures this environment's torch
+2.13, the release tier PyPI's 2.10.0, 2.11.0 (the H200's) and 2.15.0. Also the upstream block under
+the candidate, and compile(sac(f)) under two policies of the same code in one process."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, run
+from test_upstream import BLOCK_ALONE, kinds, run_modules, STANDALONE_MODULE
+
+CANDIDATE = os.path.join(ROOT, "tools", "fix_candidate")
+PROBE = os.path.join(ROOT, "tests", "fix_probe.py")
+POLICY_GUARD = os.path.join(CANDIDATE, "repro_policy_guard.py")
+VARIANTS = ("eager", "eager SAC", "sac(compile(f))", "compile(sac(f))")
+# Backward matmuls of eager SAC with the matmuls saved: f's two gradients; the MLP's two per Linear
+EAGER_SAC_BWD = {"f": 2, "mlp": 4}
+# ... and of sac(compile(f)) today: each forward matmul again, as the policy never sees it
+TODAY_BWD = {"f": 3, "mlp": 6}
+# float32 on the CPU: Inductor's fused GELU differs from eager's in the last bits
+TOLERANCE = 1e-5
+RELEASES = ("2.10.0", "2.11.0", "2.15.0")
+CASES = ("f", "mlp", "two_policies", "compile_sac_two_policies")  # all of fix_probe.py's, in one child
+
+
+def probe(python, tmp_path, mode, *cases):
+    """fix_probe.py's JSON from a child under `python`: mode None without the candidate, "fix" or
+    "warn" with tools/fix_candidate on PYTHONPATH and SAC_FIX_CANDIDATE set to it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    if mode:
+        env.update(PYTHONPATH=CANDIDATE, SAC_FIX_CANDIDATE=mode)
+    out = tmp_path / ("probe-%s.json" % (mode or "plain"))
+    proc = subprocess.run([python, PROBE, str(out)] + list(cases), capture_output=True, text=True,
+                          env=env, cwd=str(tmp_path), timeout=900)
+    assert proc.returncode == 0 and out.exists(), (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
+    return json.loads(out.read_text()), proc.stderr
+
+
+def numbers(result, case):
+    """{variant: (forward matmuls, backward matmuls, compiled code ran)} for one case."""
+    return {v: (result[case][v]["fwd_mm"], result[case][v]["bwd_mm"], result[case][v]["compiled"]) for v in VARIANTS}
+
+
+def assert_fix_applies(result):
+    """The candidate loaded in fix mode: sac(compile(f)) is eager SAC's matmuls with compiled code."""
+    assert result["candidate"] == "fix", result["label"]
+    assert result["label"].endswith("loaded in-process (mode: fix)"), result["label"]
+    # every replaced torch function is now defined in the candidate's file: what the bundle reports
+    assert len(result["replaced"]) == 5 and set(result["replaced_in"].values()) == \
+        {os.path.join(CANDIDATE, "sitecustomize.py")}, result["replaced_in"]
+    for case, bwd in EAGER_SAC_BWD.items():
+        got = numbers(result, case)
+        assert got["eager SAC"] == (got["eager"][0], bwd, False), (case, got)
+        assert got["sac(compile(f))"] == (got["eager SAC"][0], bwd, True), (case, got)
+        assert got["compile(sac(f))"] == got["sac(compile(f))"], (case, got)
+        for v in VARIANTS:
+            assert result[case][v]["max_err"] <= TOLERANCE, (case, v, result[case][v])
+    # one compiled f under a policy that saves the matmul, then one that saves nothing: each its own graph
+    assert result["two_policies"] == [["save mm", 2], ["save nothing", 3], ["save nothing after reset", 3]]
+    assert result["warnings"] == [], result["warnings"]
+    assert_compile_of_sac_reuses_the_first_policys_graph(result)
+
+
+def assert_warn_changes_nothing(plain, warn):
+    """Without the candidate: today's numbers (sac(compile(f)) computes each forward matmul again in
+    backward); in warn mode: the same numbers, to the bit, and one warning naming compile(sac(f))."""
+    assert plain["candidate"] is None and plain["label"] is None and plain["replaced"] is None, plain
+    for case, bwd in EAGER_SAC_BWD.items():
+        got = numbers(plain, case)
+        assert got["eager SAC"][1] == bwd and got["compile(sac(f))"][1] == bwd, (case, got)
+        assert got["sac(compile(f))"] == (got["eager SAC"][0], TODAY_BWD[case], True), (case, got)
+    assert plain["two_policies"] == [["save mm", 3], ["save nothing", 3], ["save nothing after reset", 3]]
+    assert plain["warnings"] == []
+    assert_compile_of_sac_reuses_the_first_policys_graph(plain)
+
+    assert warn["candidate"] == "warn" and warn["label"].endswith("(mode: warn)"), warn["label"]
+    assert len(warn["replaced"]) == 2, warn["replaced"]
+    for key in CASES:
+        assert warn[key] == plain[key], (key, warn[key], plain[key])
+    [message] = warn["warnings"]  # one, though the policy is asked inside a compiled region in every case
+    assert "aten.mm.out" in message and "compile(sac(f))" in message and "pytorch/pytorch#161889" in message
+
+
+def assert_compile_of_sac_reuses_the_first_policys_graph(result):
+    """compile(sac(f)) for a policy that saves the matmul, then for one of the same code that saves
+    nothing: the second runs the first's graph (2 backward matmuls where, after
+    torch._dynamo.reset(), it computes 3). PyTorch's own guard, the candidate loaded or not."""
+    assert result["compile_sac_two_policies"] == [["save mm", 2], ["save nothing", 2],
+                                                  ["save nothing after reset", 3]], result["compile_sac_two_policies"]
+
+
+def assert_side_finding(rc, stdout):
+    """repro_policy_guard.py, the side finding as a standalone report: exit 1, reproduced."""
+    assert rc == 1, (rc, stdout)
+    assert "policy saving aten.mm: 2 matmuls" in stdout and "policy saving nothing, next: 2 matmuls" in stdout
+    assert "after torch._dynamo.reset(): 3 matmuls" in stdout
+    assert "reproduced: the second policy ran the graph partitioned for the first" in stdout
+
+
+def policy_guard(python, candidate):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    if candidate:
+        env["PYTHONPATH"] = CANDIDATE
+    proc = subprocess.run([python, POLICY_GUARD], capture_output=True, text=True, env=env, timeout=600)
+    return proc.returncode, proc.stdout
+
+
+# One test per child process: under pytest-xdist the two tiers' slow children spread over workers.
+def test_under_the_candidate_sac_of_compiled_f_computes_eager_sacs_matmuls(tmp_path):
+    result, _ = probe(sys.executable, tmp_path, "fix", *CASES)
+    assert result["torch"].startswith("2.13."), result["torch"]
+    assert_fix_applies(result)
+
+
+def test_warn_mode_changes_no_number_and_warns_once_without_the_candidate_nothing_changes(tmp_path):
+    # also the side finding: without the candidate, and in warn and fix mode alike, compile(sac(f))
+    # under a second policy of the same code runs the first policy's graph
+    plain, _ = probe(sys.executable, tmp_path, None, *CASES)
+    warn, _ = probe(sys.executable, tmp_path, "warn", *CASES)
+    assert_warn_changes_nothing(plain, warn)
+
+
+def test_under_the_candidate_the_upstream_op_policy_test_passes_and_the_other_two_still_do(tmp_path, monkeypatch):
+    monkeypatch.delenv("SAC_FIX_CANDIDATE", raising=False)
+    with open(os.path.join(CANDIDATE, "sitecustomize.py")) as fh:
+        alone, standalone = run_modules(sys.executable, tmp_path, [BLOCK_ALONE, STANDALONE_MODULE], fh.read())
+    # the op-policy test is an expected failure in the block, so its passing is an unexpected success
+    for got in (alone, standalone):
+        assert got["run"] == 3 and kinds(got) == {"compiled": "pass", "op policy": "xpass",
+                                                  "region policy": "pass"}, got
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("candidate", [False, True], ids=["plain", "candidate"])
+def test_the_side_finding_as_a_standalone_report_reproduces(candidate):
+    # the candidate guards frames compiled under an outer policy; compile(sac(f)) is under none
+    assert_side_finding(*policy_guard(sys.executable, candidate))
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version", RELEASES)
+def test_on_a_release_under_the_candidate_sac_of_compiled_f_computes_eager_sacs_matmuls(
+        release_python, tmp_path, version):
+    result, _ = probe(release_python(version), tmp_path, "fix", *CASES)
+    assert result["torch"].startswith(version + "+"), result["torch"]
+    assert_fix_applies(result)
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version", RELEASES)
+def test_on_a_release_warn_mode_changes_no_number_and_without_the_candidate_nothing_changes(
+        release_python, tmp_path, version):
+    python = release_python(version)
+    plain, _ = probe(python, tmp_path, None, *CASES)
+    warn, _ = probe(python, tmp_path, "warn", *CASES)
+    assert plain["torch"].startswith(version + "+"), plain["torch"]
+    assert_warn_changes_nothing(plain, warn)
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version", RELEASES)
+def test_on_a_release_the_side_finding_reproduces(release_python, version):
+    assert_side_finding(*policy_guard(release_python(version), candidate=False))
+
+
+@pytest.mark.release
+def test_on_2_11_0_the_script_names_the_candidate_and_its_policy_line_shows_the_matmul_saved(release_python):
+    # 2.11 is the H200's torch: the candidate loads there, and the run says so on its first line
+    rc, stdout, stderr = run(release_python("2.11.0"), "--device", "cpu",
+                             env={"PYTHONPATH": CANDIDATE, "CUDA_VISIBLE_DEVICES": ""})
+    assert rc == 0, (rc, stdout[-2000:], stderr[-3000:])
+    environment = stdout.splitlines()[0]
+    assert environment.startswith("environment: ") and "torch 2.11.0+" in environment, environment
+    assert environment.endswith("changed: candidate fix for the SAC policy under sac(compile(f)) loaded in-process "
+                                "(mode: fix) (tools/fix_candidate/sitecustomize.py)"), environment
+    assert "with_context 2 -> saved" in stdout, stdout

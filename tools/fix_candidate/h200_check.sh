@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The candidate fix (tools/fix_candidate) measured on one GPU, in one go: the bench without it and
+# with it (step time, backward matmul kernels, peak memory of sac(compile(block)) beside
+# compile(sac(block)), the workaround), the upstream block on CUDA under it, and the bench in warn
+# mode where time is left. Every file it writes is under OUT; about 5 minutes on an H200.
+#
+#   OUT=FOLDER tools/fix_candidate/h200_check.sh          # or: tools/fix_candidate/h200_check.sh FOLDER
+#   DEVICE=cpu BENCH_ARGS=--small OUT=FOLDER tools/fix_candidate/h200_check.sh   # a dry run on a CPU
+#
+# PyTorch's test modules import expecttest, which a torch wheel lacks: where python3 has none, a
+# wheel of it in .whl/ (expecttest-*.whl) is put on PYTHONPATH, and so is $SUPPORT_PATH (a folder
+# with numpy, say, for a python that lacks it). Python is $PYTHON (python3);
+# BUDGET_S (480) caps the whole run: a step that would not fit is skipped, and says so. STEP_S
+# sets every step's own limit (170 s for a bench, 150 s for the upstream test on an H200).
+#
+# Exit codes: 0 every step ran and exited as expected (the summary says whether the numbers are
+# the ones hoped for), 125 a step could not run here or failed, 128 usage error.
+set -u
+out=${1:-${OUT:-}}
+if [ -z "$out" ] || [ ! -d "$out" ] || [ ! -w "$out" ]; then
+    echo "h200_check.sh: '${out}' is not a writable folder: set OUT=FOLDER or give it as the argument" >&2
+    exit 128
+fi
+out=$(cd "$out" && pwd) || exit 128
+cd "$(dirname "$0")/../.." || exit 128
+python=${PYTHON:-python3}
+device=${DEVICE:-cuda}
+budget=${BUDGET_S:-480}
+bench_args=${BENCH_ARGS:-}
+case "$device" in cuda|cpu) ;; *) echo "h200_check.sh: DEVICE=$device is not cuda or cpu" >&2; exit 128 ;; esac
+step_s=${STEP_S:-}
+for v in "BUDGET_S=$budget" "STEP_S=${step_s:-0}"; do
+    case "${v#*=}" in ''|*[!0-9]*) echo "h200_check.sh: $v is not a whole number of seconds" >&2; exit 128 ;; esac
+done
+start=$(date +%s)
+# Inductor's and Triton's caches too: nothing outside OUT, and nothing of them comes back
+work=$(mktemp -d "$out/.work.XXXXXX") || exit 128
+trap 'rm -rf "$work"' EXIT
+export TORCHINDUCTOR_CACHE_DIR=$work/inductor TRITON_CACHE_DIR=$work/triton
+unset SAC_FIX_CANDIDATE
+steps=$out/steps.txt
+: > "$steps"
+rm -f "$out"/bench_fix.* "$out"/bench_plain.* "$out"/bench_warn.* "$out"/upstream_fix.log "$out"/summary.txt
+failed=0
+
+# step NAME TIMEOUT_S EXPECTED_RC ENV... -- COMMAND...: run it with its output in OUT/NAME.log,
+# unless what is left of the budget is less than TIMEOUT_S
+step() {
+    local name=$1 limit=${step_s:-$2} expected=$3 envs=()
+    shift 3
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    local left=$(( budget - ($(date +%s) - start) ))
+    if [ "$left" -lt "$limit" ]; then
+        echo "$name skipped: ${left}s of the budget left, it may take ${limit}s" | tee -a "$steps"
+        failed=1
+        return
+    fi
+    local t0=$(date +%s)
+    env ${envs[@]+"${envs[@]}"} timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    local rc=$?
+    echo "$name rc=$rc (expected $expected) $(( $(date +%s) - t0 ))s: $*" | tee -a "$steps"
+    [ "$rc" = "$expected" ] || failed=1
+}
+
+{
+    date -u +"date: %Y-%m-%d %H:%M UTC"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -4
+    nproc
+    "$python" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.git_version, torch.version.cuda, torch.cuda.is_available())" 2>&1 | tail -1
+} > "$out/machine.txt"
+cat "$out/machine.txt"
+
+support=
+if ! "$python" -c "import expecttest" 2>/dev/null; then
+    support=$(ls .whl/expecttest-*.whl 2>/dev/null | head -1)
+    [ -n "$support" ] && support=$PWD/$support
+fi
+support=$support${SUPPORT_PATH:+${support:+:}$SUPPORT_PATH}
+
+step bench_fix 170 0 PYTHONPATH=tools/fix_candidate -- \
+    "$python" tools/bench_sac_compile.py --device "$device" $bench_args --json "$out/bench_fix.json"
+step bench_plain 170 0 -- \
+    "$python" tools/bench_sac_compile.py --device "$device" $bench_args --json "$out/bench_plain.json"
+if "$python" -c "import expecttest" 2>/dev/null || [ -n "$support" ]; then
+    # the op-policy test is an expected failure in the block: under the candidate an unexpected
+    # success, which unittest counts as a failure from Python 3.11 on (exit 1)
+    step upstream_fix 150 1 PYTHONPATH="tools/fix_candidate${support:+:$support}" CUDA_VISIBLE_DEVICES=0 -- \
+        "$python" tools/test_sac_compile_upstream.py -v
+else
+    echo "upstream_fix skipped: no expecttest for $python and no .whl/expecttest-*.whl (carry .whl)" | tee -a "$steps"
+    failed=1
+fi
+step bench_warn 170 0 PYTHONPATH=tools/fix_candidate SAC_FIX_CANDIDATE=warn -- \
+    "$python" tools/bench_sac_compile.py --device "$device" $bench_args --json "$out/bench_warn.json"
+
+"$python" - "$out" "$device" > "$out/summary.txt" 2>&1 <<'EOF'
+import json, os, re, sys
+out, device = sys.argv[1], sys.argv[2]
+REPORTED, WORKAROUND = "sac(compile(block)) [reported]", "compile(sac(block)) [workaround]"
+runs = {}
+for mode in ("plain", "fix", "warn"):
+    path = os.path.join(out, "bench_%s.json" % mode)
+    if os.path.exists(path):
+        runs[mode] = json.load(open(path))
+if runs:
+    first = next(iter(runs.values()))
+    print("torch %s (git %s) | %s | hidden %s, tokens %s, layers %s, %s" % (
+        first["torch"], first["git"][:12], first["device"], first["hidden"], first["tokens"], first["layers"], first["dtype"]))
+    print("%-6s %-52s %10s %7s %9s %8s" % ("run", "arrangement", "ms", "x time", "peak GiB", "bwd mm"))
+for mode, run in runs.items():
+    base = run["rows"][WORKAROUND]["median"]
+    for name, r in run["rows"].items():
+        mem = "-" if r["mem"] is None else "%.2f" % r["mem"]
+        print("%-6s %-52s %10.3f %7.2f %9s %8s" % (mode, name, r["median"], r["median"] / base, mem,
+                                               "-" if r["bwd_mm"] is None else r["bwd_mm"]))
+    print("%-6s changes: %s" % (mode, "; ".join(c["label"] for c in run.get("changes", [])) or "none"))
+if "fix" in runs:
+    rows = runs["fix"]["rows"]
+    ratio = rows[REPORTED]["median"] / rows[WORKAROUND]["median"]
+    print("under the candidate, sac(compile(block)) / compile(sac(block)): %.3fx time (within 5%%: %s), "
+          "%s against %s backward matmuls" % (ratio, "yes" if ratio <= 1.05 else "no",
+                                              rows[REPORTED]["bwd_mm"], rows[WORKAROUND]["bwd_mm"]))
+if "plain" in runs and "fix" in runs:
+    p, f = runs["plain"]["rows"][REPORTED], runs["fix"]["rows"][REPORTED]
+    print("sac(compile(block)) without -> with the candidate: %.3f -> %.3f ms, %s -> %s backward matmuls, "
+          "peak %s -> %s GiB" % (p["median"], f["median"], p["bwd_mm"], f["bwd_mm"], p["mem"], f["mem"]))
+if "plain" in runs and "warn" in runs:
+    same = all(runs["plain"]["rows"][n]["bwd_mm"] == r["bwd_mm"] and runs["plain"]["rows"][n]["mem"] == r["mem"]
+               for n, r in runs["warn"]["rows"].items())
+    print("warn mode: backward matmuls and peak memory as without the candidate: %s" % ("yes" if same else "no"))
+    log = open(os.path.join(out, "bench_warn.log")).read()
+    print("warn mode: warnings naming compile(sac(f)) in its log: %d" % log.count("compile(sac(f)): torch.compile"))
+up = os.path.join(out, "upstream_fix.log")
+if os.path.exists(up):
+    # unittest -v: "test_name_cpu ... ok", torch's warnings maybe between a test's name and its outcome
+    outcomes, current, ends = {}, None, ("unexpected success", "expected failure", "ok", "FAIL", "ERROR")
+    for line in open(up):
+        line = line.rstrip()
+        m = re.match(r"(test_\w+) (?:\(\S+\) )?\.\.\. ?(.*)$", line)  # 3.11 names the class in parentheses
+        if m:
+            current, line = m.group(1), m.group(2)
+        if current:
+            hit = next((e for e in ends if line == e), "skipped" if line.startswith("skipped ") else None)
+            if hit:
+                outcomes[current], current = hit, None
+        if re.match(r"Ran \d+ tests|(OK|FAILED)\b", line):
+            print("upstream: " + line)
+    for name, outcome in outcomes.items():
+        print("upstream: %s ... %s" % (name, outcome))
+    wanted = {n: "unexpected success" if n.startswith("test_sac_op_policy_applies_inside_compiled_fn") else "ok"
+              for n in outcomes}
+    devices = {n.rsplit("_", 1)[1] for n in outcomes}
+    good = outcomes == wanted and len(outcomes) == 3 * len(devices) and {"cpu", device} <= devices
+    print("upstream under the candidate: " + ("as expected on %s: the op-policy test an unexpected success, "
+                                              "the other two ok" % ", ".join(sorted(devices)) if good else "NOT as expected"))
+    sys.exit(0 if good else 3)
+EOF
+[ $? = 0 ] || failed=1
+cat "$out/summary.txt"
+echo "total $(( $(date +%s) - start ))s" | tee -a "$steps"
+[ "$failed" = 0 ] && exit 0
+exit 125
