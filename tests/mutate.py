@@ -410,10 +410,13 @@ def copy_bundle(dest):
         ".venv*", ".git", "__pycache__", ".whl", ".devrun", ".hypothesis", ".pytest_cache", ".nsyskit"))
 
 
+WORKERS = "2"  # pytest-xdist's -n for each selection; --workers 0 runs each in one process
+
+
 def run_tests(copy, tests, k):
     """Runs the selection on the copy: "pass", "fail", "hang" or, for a selection that is wrong in
     the table (no such file, nothing selected), "error: ..."."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "2"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", WORKERS]
     cmd += [os.path.join(copy, t) for t in tests] + (["-k", k] if k else [])
     proc = subprocess.Popen(cmd, cwd=copy, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -503,14 +506,18 @@ def table_of(name):
 
 
 def main(argv=None):
+    global WORKERS
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="*", metavar="FILE", help="the files whose mutants run (default: all)")
     p.add_argument("--only", metavar="TEXT", help="only the mutants whose description holds TEXT")
     p.add_argument("--baseline", action="store_true", help="first check each selection passes unchanged")
     p.add_argument("--list", action="store_true", help="print the tables, run nothing")
+    p.add_argument("--workers", default=WORKERS, metavar="N", help="pytest -n for each selection (default %(default)s; "
+                   "0: one process, on a machine shared with others)")
     p.add_argument("--against", metavar="TESTS", help="run these tests (space-separated) on each mutant instead of "
                    "its own: which tests kill it, before a table names them")
     args = p.parse_args(argv)
+    WORKERS = args.workers
     paths = [table_of(f) for f in args.files] or list(TABLES)
     if args.list:
         for path in paths:
