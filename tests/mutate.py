@@ -329,6 +329,17 @@ INDEXES = [
     mutant("a file:// URL's path is not unquoted: a folder with a space is not found",
            "        return urllib.parse.unquote(url.path)", "        return url.path",
            ARGS_TESTS, k="test_a_file_url_of_a_folder_is_that_folder"),
+    mutant("an index busy for a while (5xx, 429) aborts the bisect",
+           "        if 400 <= e.code < 500 and e.code not in (408, 429):", "        if 400 <= e.code < 600:",
+           ARGS_TESTS, k="test_an_index_that_answers_a_passing_error_skips"),
+    mutant("a release without a wheel for this Python is listed: a step the search cannot test",
+           "        if parts and runs_here(parts[1], parts[2]):\n            out.add", "        if parts:\n            out.add",
+           ARGS_TESTS, k="test_the_releases_listed_are_those_with_a_wheel_for_this_python_here"),
+    mutant("a link's hash in capitals is another wheel (the answer right, the cost not)",
+           "sha.lower()\n", "sha\n", ARGS_TESTS, k="test_an_index_links_hash_is_read_in_either_case"),
+    mutant("a PEP 503 folder's package folders are not read",
+           "    return [index] + subs", "    return [index]",
+           BUILDS_TESTS, k="test_one_nightly_in_one_command_from_either_layout and pep503"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/caches.py
@@ -350,6 +361,15 @@ CACHES = [
     mutant("an install goes ahead with too little free space",
            "    if free < needed:", "    if free < 0:",
            BUILDS_TESTS, k="test_too_little_free_space_aborts_before_any_install"),
+    mutant("every lock is shared: a prune removes what an install is making",
+           "    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH", "    mode = fcntl.LOCK_SH",
+           BUILDS_TESTS, k="test_a_prune_waits_for_an_install_and_leaves_an_environment_in_use"),
+    mutant("a folder is inside itself",
+           "    return os.path.commonpath([root, path]) == root and path != root",
+           "    return os.path.commonpath([root, path]) == root",
+           BUILDS_TESTS, k="prune",
+           equivalent="each caller names something in the root (an environment, a leftover, a download, a store "
+           "entry), never the root, and a symlink that could resolve to it is passed over first"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/builds.py
@@ -370,6 +390,29 @@ BUILDS = [
     mutant("a release that is not on the index aborts the matrix",
            "        raise Untestable(\"no torch %s wheel for %s", "        raise UsageError(\"no torch %s wheel for %s",
            ARGS_TESTS, k="not_on_the_index"),
+    mutant("a full disk during a download is a skip on every step",
+           "        if isinstance(e, OSError) and e.errno in CACHE_ERRORS:", "        if False:",
+           ARGS_TESTS, k="test_a_download_onto_a_full_disk_is_a_usage_error"),
+    mutant("a wheel too big for the free space is downloaded (the answer right, the cost not)",
+           "            check_free_space(cache, 3 * size + 0.3 * GB, name)", "            pass",
+           ARGS_TESTS, k="test_a_wheel_too_big_for_the_free_space_is_refused_before_its_download"),
+    mutant("a download is kept after its install",
+           "        shutil.rmtree(os.path.dirname(build.file), ignore_errors=True)", "        pass",
+           BUILDS_TESTS, k="test_same_named_nightlies_of_two_commits_from_two_indexes_are_two_builds"),
+    mutant("a folder index is recorded as given, relative to where the command ran",
+           "    index = index if index is None or is_url(index) else os.path.abspath(index)", "    pass",
+           BUILDS_TESTS, k="test_one_release_from_two_folders_of_one_name_is_two_builds"),
+    mutant("a wheel without torch/version.py is an internal error",
+           "    except (OSError, KeyError, zipfile.BadZipFile) as e:", "    except (OSError, zipfile.BadZipFile) as e:",
+           ARGS_TESTS, k="test_a_wheel_without_its_version_file_is_a_skip"),
+    mutant("of several wheels of a release, another than the one named is taken",
+           "    return wheel_build(names[0], wheels[names[0]], index, cache)",
+           "    return wheel_build(names[-1], wheels[names[-1]], index, cache)",
+           ARGS_TESTS, k="test_of_several_wheels_of_a_release_the_one_named_is_taken"),
+    mutant("a wheel whose index gives its hash is downloaded to be hashed (the answer right, the cost not)",
+           "    if sha:\n        return Build(name, version, sha, link, None, index)",
+           "    if False:\n        return Build(name, version, sha, link, None, index)",
+           ARGS_TESTS, k="test_a_wheel_whose_index_gives_its_hash_is_not_downloaded_to_be_hashed"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/envs.py
@@ -395,6 +438,46 @@ ENVS = [
            "    if record.get(\"sha256\") != build.sha256:", "    if False:",
            BUILDS_TESTS, k="test_same_named_nightlies_of_two_commits_from_two_indexes_are_two_builds",
            equivalent="environments are named by the sha256 too: another wheel's is never this one's (a 2^-64 chance)"),
+    mutant("an environment without its build record is an internal error",
+           "    if not isinstance(record, dict):\n        return", "    if False:\n        return",
+           BUILDS_TESTS, k="test_an_environment_whose_torch_or_record_changed_is_not_taken"),
+    mutant("an environment into which another torch was installed is judged as its build",
+           "    if installed_git_version(path) != record.get(\"git_version\"):", "    if False:",
+           BUILDS_TESTS, k="test_an_environment_whose_torch_or_record_changed_is_not_taken"),
+    mutant("an environment without torch is taken",
+           "    if installed_torch_version(path) is None:", "    if False:",
+           BUILDS_TESTS, k="test_an_environment_whose_torch_or_record_changed_is_not_taken",
+           equivalent="its commit (None) is then not the recorded one, and runs_its_python() finds no "
+           "torch/version.py: refused by the next checks"),
+    mutant("a prune removes an environment a process uses",
+           "    if not lock(env_lock(cache, name), True, wait=False):", "    if False:",
+           BUILDS_TESTS, k="test_a_prune_waits_for_an_install_and_leaves_an_environment_in_use"),
+    mutant("a prune does not wait for the installs under way",
+           "lock(cache_lock(cache), True, \"waiting for the installs under way",
+           "lock(cache_lock(cache), False, \"waiting for the installs under way",
+           BUILDS_TESTS, k="test_a_prune_waits_for_an_install_and_leaves_an_environment_in_use"),
+    mutant("--keep N keeps one fewer", "(keep is not None and i >= keep)", "(keep is not None and i >= keep - 1)",
+           BUILDS_TESTS, k="test_a_prune_never_counts_or_keeps_a_half_built_environment"),
+    mutant("--keep keeps the least recently used", "key=lambda e: -e[4])", "key=lambda e: e[4])",
+           BUILDS_TESTS, k="test_a_prune_keeps_the_most_recently_used_and_the_downloads_under_way"),
+    mutant("--older-than removes the environments used since",
+           "now - used > older_than_days * 86400", "now - used < older_than_days * 86400",
+           BUILDS_TESTS, k="test_the_cache_lists_and_prunes_only_its_own_environments"),
+    mutant("a use is not recorded: a prune goes by when it was installed",
+           "    touch(final)\n    return venv_python(final)", "    return venv_python(final)",
+           BUILDS_TESTS, k="test_the_cache_lists_and_prunes_only_its_own_environments"),
+    mutant("a half-built environment is listed and counted",
+           " or name.endswith(LEFTOVERS):\n", ":\n",
+           BUILDS_TESTS, k="test_a_prune_never_counts_or_keeps_a_half_built_environment"),
+    mutant("what an install or a removal cut short left stays",
+           "    found = [os.path.join(root, e) for e in listing(root) if e.endswith(LEFTOVERS)]", "    found = []",
+           BUILDS_TESTS, k="test_a_prune_never_counts_or_keeps_a_half_built_environment"),
+    mutant("a prune removes the download of a process under way",
+           "for e in listing(downloads) if not alive(e)]", "for e in listing(downloads)]",
+           BUILDS_TESTS, k="test_a_prune_keeps_the_most_recently_used_and_the_downloads_under_way"),
+    mutant("--installer uv without uv installs with pip",
+           "    if wanted == \"uv\" and not uv:", "    if False:",
+           BUILDS_TESTS, k="test_installer_uv_without_uv_is_a_usage_error"),
 ]
 
 TABLES = {
@@ -414,10 +497,13 @@ def copy_bundle(dest):
         ".venv*", ".git", "__pycache__", ".whl", ".devrun", ".hypothesis", ".pytest_cache", ".nsyskit"))
 
 
+WORKERS = "2"  # pytest-xdist's -n for each selection; --workers 0 runs each in one process
+
+
 def run_tests(copy, tests, k):
     """Runs the selection on the copy: "pass", "fail", "hang" or, for a selection that is wrong in
     the table (no such file, nothing selected), "error: ..."."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "2"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", WORKERS]
     cmd += [os.path.join(copy, t) for t in tests] + (["-k", k] if k else [])
     proc = subprocess.Popen(cmd, cwd=copy, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -507,14 +593,18 @@ def table_of(name):
 
 
 def main(argv=None):
+    global WORKERS
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="*", metavar="FILE", help="the files whose mutants run (default: all)")
     p.add_argument("--only", metavar="TEXT", help="only the mutants whose description holds TEXT")
     p.add_argument("--baseline", action="store_true", help="first check each selection passes unchanged")
     p.add_argument("--list", action="store_true", help="print the tables, run nothing")
+    p.add_argument("--workers", default=WORKERS, metavar="N", help="pytest -n for each selection (default %(default)s; "
+                   "0: one process, on a machine shared with others)")
     p.add_argument("--against", metavar="TESTS", help="run these tests (space-separated) on each mutant instead of "
                    "its own: which tests kill it, before a table names them")
     args = p.parse_args(argv)
+    WORKERS = args.workers
     paths = [table_of(f) for f in args.files] or list(TABLES)
     if args.list:
         for path in paths:

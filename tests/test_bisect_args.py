@@ -5,6 +5,7 @@ the installer is replaced."""
 import contextlib
 import copy
 import datetime
+import http.server
 import io
 import json
 import os
@@ -24,7 +25,7 @@ from conftest import data
 from wheels import BISECT, nightly_repo, PYTAG, repro_python, ROOT, serve_index
 
 import bisect_torch
-from sac_repro import envs, exits, indexes, verdict
+from sac_repro import builds, caches, envs, exits, indexes, verdict
 
 pytestmark = pytest.mark.unit
 
@@ -86,6 +87,17 @@ def closed_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+@contextlib.contextmanager
+def serve(handler):
+    """The URL of a server of one handler class on a loopback port, for the `with` block."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield "http://127.0.0.1:%d/" % server.server_port
+    finally:
+        server.shutdown()
 
 
 # ----------------------------------------------------------------------------- dates
@@ -313,6 +325,41 @@ def test_an_index_that_answers_404_aborts(tmp_path):
         one_line(*main("nightly", "2025-09-07", "--index", url + "whl/cu999/"), "answered 404")
 
 
+@pytest.mark.parametrize("code", [503, 429])
+def test_an_index_that_answers_a_passing_error_skips(tmp_path, code):
+    """An index busy or down for a while (5xx, 429 Too Many Requests) says nothing of the build:
+    that step is skipped (125), as a download it refuses is, never the whole bisect aborted."""
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(code)
+
+        def log_message(self, *args):
+            pass
+    with serve(Busy) as url:
+        rc, out, err = main("nightly", "2025-09-07", "--index", url, "--cache", tmp_path / "cache")
+    assert rc == 125 and "could not read the index" in out and str(code) in out, (rc, out, err)
+
+
+def test_an_index_links_hash_is_read_in_either_case(tmp_path):
+    """A wheel is known by its sha256, in lowercase hex as hashlib writes it: a link's hash in
+    capitals names the same wheel as that file hashed on disk (its environment's name and record)."""
+    name = nightly_name("2025-09-07")
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "index.html").write_text('<a href="/files/%s#sha256=%s">%s</a>\n' % (name, "AB" * 32, name))
+    with serve_index(tmp_path) as url:
+        assert indexes.link_hashes(url) == {name: "ab" * 32}
+
+
+def test_the_releases_listed_are_those_with_a_wheel_for_this_python_here(tmp_path):
+    """A release without a wheel for this Python on Linux x86_64 (an older torch on a newer Python,
+    or one built for aarch64 only) is not listed: the release search would step onto a build that
+    it cannot test."""
+    for version, py, plat in (("2.8.0", PYTAG, "linux_x86_64"), ("2.9.0", "cp39", "linux_x86_64"),
+                              ("2.9.1", PYTAG, "manylinux_2_28_aarch64"), ("2.10.0", PYTAG, "manylinux_2_28_x86_64")):
+        wheel_file(str(tmp_path), "torch-%s+cpu-%s-%s-%s.whl" % (version, py, py, plat))
+    assert indexes.release_versions(str(tmp_path)) == ["2.8.0", "2.10.0"]
+
+
 def test_a_wheel_whose_download_fails_is_a_skip(tmp_path):
     """An index that gives no hashes has its wheel downloaded to be hashed: a download it refuses
     (503) skips this build, as a failed install does, and leaves no file behind."""
@@ -325,10 +372,78 @@ def test_a_wheel_whose_download_fails_is_a_skip(tmp_path):
     assert not [f for _, _, files in os.walk(tmp_path / "cache" / "downloads") for f in files]
 
 
+def test_a_wheel_too_big_for_the_free_space_is_refused_before_its_download(tmp_path, monkeypatch):
+    """Its size is read from the answer's header, before the body: a 10 GB wheel on a disk with
+    1 GB free is a usage error at once, never a download that fills the disk (here the body ends
+    early, so a download would end in a skip)."""
+    name = nightly_name("2025-09-07")
+
+    class Big(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'<a href="/files/%s">%s</a>' % (name.encode(), name.encode())
+            self.send_response(200)
+            self.send_header("Content-Length", str(10 ** 10 if "/files/" in self.path else len(body)))
+            self.end_headers()
+            self.wfile.write(b"PK" if "/files/" in self.path else body)
+
+        def log_message(self, *args):
+            pass
+    monkeypatch.setattr(caches, "free_bytes", lambda path: int(caches.GB))
+    with serve(Big) as url:
+        one_line(*main("nightly", "2025-09-07", "--index", url, "--cache", tmp_path / "cache"),
+                 "installing %s needs about 30.3 GB free" % name, "--cache elsewhere")
+    assert not [f for _, _, files in os.walk(tmp_path / "cache" / "downloads") for f in files]
+
+
+def test_a_download_onto_a_full_disk_is_a_usage_error(tmp_path):
+    """A disk that fills during the download says nothing of the build: 128, free some space,
+    never a skip on every step. The download's file is /dev/full, which answers every write with
+    ENOSPC."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    name, cache = nightly_name("2025-09-07"), tmp_path / "cache"
+    wheel_file(str(tmp_path / "idx"), name)
+    (cache / "downloads" / str(os.getpid())).mkdir(parents=True)
+    os.symlink("/dev/full", cache / "downloads" / str(os.getpid()) / name)  # where this process downloads it
+    with serve_index(tmp_path / "idx", hashes=False) as url:
+        one_line(*main("nightly", "2025-09-07", "--index", url, "--cache", cache),
+                 "cannot write %s under %s (No space left on device)" % (name, cache), "cache --prune")
+    assert not (cache / "downloads" / str(os.getpid())).exists()
+
+
+def test_a_wheel_whose_index_gives_its_hash_is_not_downloaded_to_be_hashed(tmp_path):
+    name, asked = nightly_name("2025-09-07"), threading.Event()
+    wheel_file(str(tmp_path / "idx"), name)
+    with serve_index(tmp_path / "idx", asked=asked) as url:
+        build = builds.wheel_build(name, url + "files/" + name, url, str(tmp_path / "cache"))
+    assert build.file is None and build.sha256 == builds.sha256_of(str(tmp_path / "idx" / name))
+    assert not asked.is_set()
+
+
 def test_a_release_that_is_not_on_the_index_is_not_judged_in_a_matrix(folder):
     """One build of a matrix missing is that build not judged (125), never the whole matrix aborted."""
     rc, out, err = main("matrix", "2.8.0", "--index", folder, "--cache", folder.parent / "cache")
     assert rc == 125 and "no torch 2.8.0 wheel for %s" % PYTAG in out, (rc, out, err)
+
+
+def test_a_wheel_without_its_version_file_is_a_skip(monkeypatch, tmp_path):
+    """A wheel that holds no torch/version.py (cut short, or no torch) says nothing of the bug:
+    that step is skipped, never an internal error."""
+    name = nightly_name("2025-09-07")
+    (tmp_path / "idx").mkdir()
+    with zipfile.ZipFile(tmp_path / "idx" / name, "w") as z:
+        z.writestr("torch/__init__.py", "")
+    stop_at_install(monkeypatch, tmp_path / "cache")
+    rc, out, err = main("nightly", "2025-09-07", "--index", tmp_path / "idx")
+    assert rc == 125 and "cannot read torch/version.py in %s" % name in out, (rc, out, err)
+
+
+def test_of_several_wheels_of_a_release_the_one_named_is_taken(monkeypatch, folder, tmp_path):
+    wheel_file(str(folder), "torch-2.9.1-%s-%s-manylinux_2_28_x86_64.whl" % (PYTAG, PYTAG))
+    asked = stop_at_install(monkeypatch, tmp_path / "cache")
+    rc, out, err = main("matrix", "2.9.1", "--index", folder)
+    taken = re.search(r"several wheels of torch 2\.9\.1; taking (\S+) over (\S+)", err + out)
+    assert rc == 125 and taken and asked == [taken.group(1)], (rc, out, err)
 
 
 @pytest.mark.parametrize("command", [["nightly", "2025-09-07"], ["matrix", "2.9.1"], ["releases", "2.9.1", "2.12.0"]])

@@ -3,6 +3,7 @@ wheel checked before the work, free space checked before an install, uv's shared
 shared wheel cache, and a cache that can be listed and pruned. Stub wheels (see test_bisect.py)
 stand in for torch builds; each loads this environment's real torch."""
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import time
 
 import pytest
 
+from sac_repro import builds, envs, exits
 from wheels import (BISECT, bisect, build_stub_wheel, children_of, make_index, nightly_repo, PYTAG,  # noqa: F401
                     quick_venvs, serve_index, sha256_of, slow_venv)
 
@@ -266,6 +268,64 @@ def test_an_incomplete_environment_is_built_again_and_judged(tmp_path):
     rc, out = bisect("nightly", "2025-09-06", "--index", str(index), cache=cache)
     assert rc == 1 and "does not run" in out and "installing" in out and judged(out) == ("reproduced", "aaaaaaaaaaaa"), out
     assert [p.name for p in (cache / "venvs").iterdir()] == [env.name]
+
+
+def fake_env(path, sha256, git_version):
+    """An environment as an install leaves it, without installing: pyvenv.cfg, a bin/python that
+    runs (this one), torch's version.py in its site-packages, and its build record."""
+    (path / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, path / "bin" / "python")
+    (path / "pyvenv.cfg").write_text("home = %s\n" % os.path.dirname(os.path.realpath(sys.executable)))
+    torch = path / "lib" / ("python%d.%d" % sys.version_info[:2]) / "site-packages" / "torch"
+    torch.mkdir(parents=True)
+    (torch / "version.py").write_text("__version__ = '2.9.1'\ngit_version = '%s'\n" % git_version)
+    (path / envs.RECORD).write_text(json.dumps({"sha256": sha256, "git_version": git_version}))
+    return torch / "version.py"
+
+
+@pytest.mark.unit
+def test_an_environment_whose_torch_or_record_changed_is_not_taken(tmp_path):
+    """Another torch installed into a cached environment since (pip install torch in it), or its
+    record gone: not the build it was made for, so it is built again, never judged as that build."""
+    build = builds.Build("w.whl", "2.9.1", "f" * 64, "w.whl", None, None)
+    version = fake_env(tmp_path / "env", build.sha256, "a" * 40)
+    assert envs.unusable(str(tmp_path / "env"), build) is None
+    version.write_text("__version__ = '2.9.1'\ngit_version = '%s'\n" % ("b" * 40))
+    assert envs.unusable(str(tmp_path / "env"), build) == "holds torch of commit %s, not the recorded %s" % (
+        "b" * 40, "a" * 40)
+    (tmp_path / "env" / envs.RECORD).unlink()
+    assert envs.unusable(str(tmp_path / "env"), build) == "has no build record (%s)" % envs.RECORD
+
+
+@pytest.mark.unit
+def test_a_prune_keeps_the_most_recently_used_and_the_downloads_under_way(tmp_path):
+    """--keep 1 keeps the environment used last, whatever the order of the names; the downloads of
+    a process that runs (this one) stay, those of a process that is gone go."""
+    cache = tmp_path / "cache"
+    for name, days_ago in (("torch-a-new", 0), ("torch-b-old", 10)):
+        (cache / "venvs" / name).mkdir(parents=True)
+        (cache / "venvs" / name / envs.LAST_USED).write_text("")
+        os.utime(cache / "venvs" / name / envs.LAST_USED, (time.time() - days_ago * 86400,) * 2)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    for pid in (os.getpid(), gone.pid):
+        (cache / "downloads" / str(pid)).mkdir(parents=True)
+        (cache / "downloads" / str(pid) / "w.whl").write_text("")
+    assert envs.prune(str(cache), keep=1) == ["torch-b-old"]
+    assert os.listdir(cache / "venvs") == ["torch-a-new"]
+    assert os.listdir(cache / "downloads") == [str(os.getpid())]
+
+
+@pytest.mark.unit
+def test_installer_uv_without_uv_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python3"))  # no uv beside it either
+    with pytest.raises(exits.UsageError, match="--installer uv: uv is not on PATH"):
+        envs.choose_installer("uv")
+    assert envs.choose_installer("auto") == ("pip", None)
+    (tmp_path / "uv").write_text("#!/bin/sh\n")
+    os.chmod(tmp_path / "uv", 0o755)
+    assert envs.choose_installer("auto") == ("uv", str(tmp_path / "uv"))
 
 
 def test_sigterm_while_the_venv_is_made_leaves_no_process_and_no_partial(tmp_path):
