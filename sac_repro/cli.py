@@ -116,9 +116,11 @@ def check_paths(args):
         if value is not None and not value:
             raise UsageError("%s was given an empty path (an unset shell variable?)" % option)
     if not args.child_out:  # the child is given the parent's --plot, which the parent checked
-        outputs.check_outputs([("--json", None if args.json == "-" else args.json), ("--plot", args.plot)],
+        outputs.check_outputs([("--json", None if args.json == "-" else args.json), ("--plot", args.plot),
+                               ("--_env", args.env_file if args.loops_only else None)],
                               [("--from-nsys", args.from_nsys, "the capture being judged"),
                                ("--from-ncu", args.from_ncu, "the capture being judged"),
+                               ("--_env", None if args.loops_only else args.env_file, "the capture run's hand-off"),
                                ("--bench-json", args.bench_json, "the bench's table")])
     if args.plot and not args.child_out:
         problem = plot.plot_path_problem(args.plot)

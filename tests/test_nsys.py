@@ -627,3 +627,11 @@ def test_every_mutant_of_the_wrapper_is_killed():
     assert lines and all(l.startswith("killed ") for l in lines[:-1]), proc.stdout + proc.stderr[-2000:]
     assert proc.returncode == 0 and lines[-1].startswith(
         "%d of %d mutants of run_nsys.sh killed (" % (len(lines) - 1, len(lines) - 1)), proc.stdout
+
+
+def test_the_hand_off_is_never_written_over_a_file_of_the_bundle_or_the_judges_output(tmp_path):
+    rc, _, stderr = judge("--loops-only", "--device", "cpu", "--_env", os.path.join(ROOT, "README.md"))
+    assert rc == 128 and "--_env %s is README.md, a file of this bundle" % os.path.join(ROOT, "README.md") in stderr
+    out = tmp_path / "out.json"
+    rc, _, stderr = judge("--from-nsys", REVERTED_CSV, "--json", out, "--_env", out)
+    assert rc == 128 and "the capture run's hand-off" in stderr and not out.exists()
