@@ -630,8 +630,15 @@ def test_every_mutant_of_the_wrapper_is_killed():
 
 
 def test_the_hand_off_is_never_written_over_a_file_of_the_bundle_or_the_judges_output(tmp_path):
-    rc, _, stderr = judge("--loops-only", "--device", "cpu", "--_env", os.path.join(ROOT, "README.md"))
-    assert rc == 128 and "--_env %s is README.md, a file of this bundle" % os.path.join(ROOT, "README.md") in stderr
+    readme = os.path.join(ROOT, "README.md")
+    before = open(readme, "rb").read()
+    try:
+        rc, _, stderr = judge("--loops-only", "--device", "cpu", "--_env", readme)
+    finally:  # where the guard fails, the README must survive its test
+        if open(readme, "rb").read() != before:
+            open(readme, "wb").write(before)
+            pytest.fail("--_env wrote over README.md (restored)")
+    assert rc == 128 and "--_env %s is README.md, a file of this bundle" % readme in stderr
     out = tmp_path / "out.json"
     rc, _, stderr = judge("--from-nsys", REVERTED_CSV, "--json", out, "--_env", out)
     assert rc == 128 and "the capture run's hand-off" in stderr and not out.exists()
