@@ -155,9 +155,11 @@ def run(script_path, argv):
         return child(script_path, args)
     if args.from_nsys is not None or args.from_ncu is not None:
         kind, path = ("ncu", args.from_ncu) if args.from_ncu is not None else ("nsys", args.from_nsys)
+        capture_run = load_capture_run(args.env_file)
         report = report_from_loops(load_ranges(path, kind), "%s %s" % (kind, path), args.terms, args.strict_policy,
-                                   load_capture_run(args.env_file))
+                                   capture_run)
     else:
+        capture_run = None
         raw, log = run_child(script_path, args)
         if raw["status"] == "our_bug":
             where = re.findall(r'File "([^"]+)", line (\d+)', raw.get("traceback", ""))
@@ -168,7 +170,7 @@ def run(script_path, argv):
         if raw.get("show_log") and log.strip():
             sys.stderr.write("--- the torch under test printed (last lines):\n%s\n---\n" % log[-3000:])
         if args.loops_only:
-            return loops_only_exit(raw, args.env_file)
+            return loops_only_exit(raw, args.env_file, argv)
         report = report_from_child(raw, args.terms, args.strict_policy)
     if args.plot:
         draw(report, args)
@@ -179,7 +181,7 @@ def run(script_path, argv):
         return report["exit_code"]
     if args.json:
         outputs.write_text(args.json, as_json + "\n", "--json")
-    command = rerun_command(report, script_path, argv)
+    command = rerun_command(report, script_path, argv, capture_run and capture_run.get("capture_options"))
     if args.policy_report:
         emit(render_policy_markdown(report, command, collect_env() if report["env"].get("torch") else None,
                                     getattr(args, "bench", None)))
@@ -220,7 +222,7 @@ def emit(text):
         raise OutputError("cannot write the report to standard output: %s" % (e.strerror or e))
 
 
-def loops_only_exit(raw, env_file):
+def loops_only_exit(raw, env_file, argv):
     """No verdict: 0 when the report's loops ran through, 125 when they raised or could not run."""
     changed = raw.get("env", {}).get("changes")
     torch_said = "torch %s%s" % (raw.get("env", {}).get("torch"), "; changed: " + changes_said(changed) if changed else "")
@@ -233,27 +235,58 @@ def loops_only_exit(raw, env_file):
         for line in dynamo_lines(raw):
             emit(line)
         return EXIT_CANNOT_TEST
-    if env_file:
-        outputs.write_text(env_file, json.dumps({"env": raw["env"], "dynamo_skips": raw.get("dynamo_skips", [])}),
-                           "--_env")
+    if env_file:  # what reruns this capture: its own options, but for the hand-off
+        options = [a for i, a in enumerate(argv) if a != "--loops-only" and not a.startswith("--_env")
+                   and (i == 0 or argv[i - 1] != "--_env")]
+        outputs.write_text(env_file, json.dumps({"env": raw["env"], "dynamo_skips": raw.get("dynamo_skips", []),
+                                                 "capture_options": options}), "--_env")
     emit("ran the report's two loops on %s (%s); judge them with --from-nsys or --from-ncu"
          % (raw["env"]["device"], torch_said))
     return EXIT_OK
 
 
 def load_capture_run(path):
-    """--_env FILE, as --loops-only wrote it; None without one."""
+    """--_env FILE, as --loops-only wrote it; None without one. Every value the reports read is
+    checked here: a hand-off of another shape is the caller's mistake, not a bug of the judge."""
     if path is None:
         return None
     try:
+        if not path:
+            raise ValueError("an empty path")
         with open(path) as fh:
             got = json.load(fh)
-        if not isinstance(got, dict) or not isinstance(got.get("env"), dict) or not isinstance(got.get("dynamo_skips"), list):
-            raise ValueError("not what --loops-only writes")
+        problem = hand_off_problem(got)
+        if problem:
+            raise ValueError("not what --loops-only writes: " + problem)
     except (OSError, ValueError) as e:
         raise UsageError("--_env %s: %s (it is run_nsys.sh's hand-off from the capture run; leave it out)"
                          % (path, one_line(e)))
     return got
+
+
+def hand_off_problem(got):
+    """What in a hand-off is not as loops_only_exit writes it, or None."""
+    def strings(d, keys, optional=()):
+        return isinstance(d, dict) and all(isinstance(d.get(k), str) for k in keys) and \
+            all(d.get(k) is None or isinstance(d.get(k), str) for k in optional)
+
+    if not isinstance(got, dict):
+        return "not an object"
+    env = got.get("env")
+    if not isinstance(env, dict) or not all(v is None or isinstance(v, str) for k, v in env.items() if k != "changes"):
+        return "env is not an object of strings"
+    changes = env.get("changes", [])
+    if not isinstance(changes, list) or not all(
+            strings(c, ("label",), ("file", "pythonpath")) and isinstance(c.get("env", {}), dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in c.get("env", {}).items()) for c in changes):
+        return "env.changes is not a list of changes"
+    skips = got.get("dynamo_skips")
+    if not isinstance(skips, list) or not all(strings(k, ("frame", "reason"), ("where", "source")) for k in skips):
+        return "dynamo_skips is not a list of Dynamo's skips"
+    options = got.get("capture_options", [])  # a hand-off written before it had them has none
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        return "capture_options is not a list of strings"
+    return None
 
 
 def child(script_path, args):

@@ -2,6 +2,7 @@
 issue: the report's code as run, expected and actual, the evidence, then collect_env.
 """
 import os
+import re
 import shlex
 
 from .verdict import abridge, B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, WORKAROUND, WRAPPED
@@ -42,23 +43,38 @@ def changes_said(changes):
     return "; ".join(c["label"] + (" (%s)" % shown_path(c["file"]) if c.get("file") else "") for c in changes)
 
 
-def rerun_command(report, script_path, argv):
+# run_nsys.sh's report name when no -o is given
+DEFAULT_CAPTURE = "torch_compile_selective_activation_checkpoint"
+
+
+def rerun_command(report, script_path, argv, capture_options=None):
     """The command that reruns what ran: with the PYTHONPATH (and the variables) that loaded each
-    in-process change of torch, or a reader who reruns it tests another torch."""
+    in-process change of torch, or a reader who reruns it tests another torch. A capture that
+    run_nsys.sh made and handed over (capture_options: its capture run's options) reruns as
+    run_nsys.sh, the judge's own options after its capture run's."""
     prefix = []
     for c in report.get("torch_changes") or []:
         prefix += ["%s=%s" % (k, shlex.quote(v)) for k, v in sorted(c.get("env", {}).items())]
         if c.get("pythonpath"):
             prefix.append("PYTHONPATH=" + shlex.quote(shown_path(c["pythonpath"])))
-    shown, skip = [], False
-    for a in argv:  # run_nsys.sh's hand-off file (cli.py's --_env) is gone once it has judged
-        if skip or a.startswith("--_env="):
-            skip = False
-        elif a == "--_env":
-            skip = True
+    shown, report_file, given = [], None, iter(argv)
+    for a in given:  # run_nsys.sh's hand-off file (cli.py's --_env) is gone once it has judged
+        if a == "--_env":
+            next(given, None)
+        elif a.startswith("--_env="):
+            continue
+        elif capture_options is not None and a in ("--from-nsys", "--from-ncu"):
+            report_file = next(given, None)
+        elif capture_options is not None and a.startswith(("--from-nsys=", "--from-ncu=")):
+            report_file = a.partition("=")[2]
         else:
             shown.append(a)
-    return " ".join(prefix + ["python", os.path.basename(script_path)] + [shlex.quote(a) for a in shown])
+    if capture_options is None:
+        return " ".join(prefix + ["python", os.path.basename(script_path)] + [shlex.quote(a) for a in shown])
+    name = re.sub(r"(\.nsys-rep|\.qdrep|\.ncu\.txt)$", "", report_file or "")
+    named = [] if name in ("", DEFAULT_CAPTURE) else ["-o", shlex.quote(name)]
+    rest = [shlex.quote(a) for a in capture_options + shown]
+    return " ".join(prefix + ["./run_nsys.sh"] + named + (["--"] + rest if rest else []))
 
 
 def dynamo_lines(report):

@@ -568,7 +568,8 @@ def test_the_capture_runs_torch_reaches_the_judges_report(fake_tools):
     assert "ran the report's two loops on cpu (torch %s);" % torch.__version__ in stdout
     judged = "\n".join(stdout.splitlines()[1:])  # the judge's markdown, after the capture run's line
     assert "torch %s" % torch.__version__ in judged
-    assert "--_env" not in judged  # not in the markdown's command
+    assert "--_env" not in judged
+    assert "Command: `./run_nsys.sh -- --device cpu --markdown`" in judged  # what reruns the capture
     assert not [p for p in os.listdir(fake_tools.tmp) if p.startswith("run_nsys_run.")]
 
 
@@ -606,9 +607,20 @@ def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path):
     assert "--_env" not in markdown
     rc, as_json, _ = judge("--from-nsys", REVERTED_CSV, "--json", "-", "--_env", handoff)
     assert json.loads(as_json)["torch_changes"] == [change]
+    # a hand-off of today's capture run also says how the capture was run: the paste reruns run_nsys.sh
+    handoff.write_text(json.dumps(dict(json.loads(handoff.read_text()), capture_options=["--device", "cuda"])))
+    rc, markdown, _ = judge("--from-nsys", REVERTED_CSV, "--markdown", "--hunt-fix", "--_env", handoff)
+    command = re.search(r"Command: `([^`]*)`", markdown).group(1)
+    assert command.startswith("PYTHONPATH=tools/revert_fix ./run_nsys.sh -o ")
+    assert command.endswith(" -- --device cuda --markdown --hunt-fix") and "--from-nsys" not in command
 
 
-@pytest.mark.parametrize("content", ["", "[]", '{"env": 3, "dynamo_skips": []}', "{"])
+@pytest.mark.parametrize("content", [
+    "", "[]", '{"env": 3, "dynamo_skips": []}', "{",
+    '{"env": {"changes": "abc"}, "dynamo_skips": []}', '{"env": {}, "dynamo_skips": ["str"]}',
+    '{"env": {}, "dynamo_skips": [{"frame": 1}]}', '{"env": {"changes": [{"label": "L", "env": "x"}]}, "dynamo_skips": []}',
+    '{"env": {"changes": [{"label": "L", "pythonpath": 5}]}, "dynamo_skips": []}', '{"env": {"torch": ["X"]}, "dynamo_skips": []}',
+    '{"env": {}, "dynamo_skips": [], "capture_options": "--device cpu"}'])
 def test_a_hand_off_that_is_not_the_capture_runs_is_a_usage_error(tmp_path, content):
     handoff = tmp_path / "handoff.json"
     handoff.write_text(content)
