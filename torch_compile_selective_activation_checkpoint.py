@@ -25,6 +25,7 @@ if __name__ == "__main__":
 # [added]. The child process runs it as written, at module level; `--markdown` pastes exactly it.
 # ==== the report's code (pytorch/pytorch#161889) ==================================================
 import functools
+import os  # [added]
 import sys  # [added]
 import types  # [added]
 
@@ -81,10 +82,17 @@ checkpoint_fn_without_context(f_compiled, x, y)
 if __name__ == "__main__":
     def answer_of_error(kind, error, tb):
         skipped = [l.strip() for l in str(error).splitlines() if l.strip().startswith("- f (")]
-        if "found no compiled frames" in str(error):
+        reproduced = "found no compiled frames" in str(error)
+        if reproduced:
             print("f_compiled under SAC: ran no compiled code (pytorch/pytorch#161889 reproduces); "
                   "Dynamo raised: " + (skipped or str(error).splitlines())[0])
+        elif issubclass(kind, Exception):
+            print("f_compiled under SAC: cannot tell (the report's code raised %s)" % kind.__name__)
         sys.__excepthook__(kind, error, tb)
+        if issubclass(kind, Exception) and not reproduced:  # Python's exit 1 would read as "reproduces"
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(125)
     sys.excepthook = answer_of_error
 # [added] What the report's `nsys --capture-range=cudaProfilerApi` waits for; as filed the script
 # never calls it, and nsys captures nothing.

@@ -35,25 +35,44 @@ def test_markdown_carries_the_code_that_ran(fixed_markdown):
     assert "[changed]" in code and "[added]" in code
 
 
-@pytest.mark.parametrize("revert, rc, answer", [
-    (False, 0, r"f_compiled under SAC: ran compiled code \(pytorch/pytorch#161889 does not reproduce\)"),
+# Stands in for a crash of the torch under test in the report's SAC loop: the paste must not read
+# Python's exit 1 of an uncaught error as "reproduces".
+CRASH_UNDER_SAC = """import torch.utils.checkpoint as c
+real = c.checkpoint
+def checkpoint(fn, *args, context_fn=None, **kwargs):
+    if context_fn is not None:
+        raise ValueError("a stand-in crash of the torch under test")
+    return real(fn, *args, **kwargs)
+c.checkpoint = checkpoint
+"""
+
+
+@pytest.mark.parametrize("change, rc, answer", [
+    (None, 0, r"f_compiled under SAC: ran compiled code \(pytorch/pytorch#161889 does not reproduce\)"),
     # 2.12 and later: the loop raises Dynamo's fullgraph error, which the code's last answer quotes
-    (True, 1, r"f_compiled under SAC: ran no compiled code \(pytorch/pytorch#161889 reproduces\); Dynamo raised: "
-              r"- f \(\S*repro\.py:\d+\): non-infra torch dispatch mode present, this is not supported today in torch\.compile"),
-], ids=["as-shipped", "fix-reverted"])
-def test_the_markdown_code_runs_on_its_own_and_answers(fixed_markdown, tmp_path, revert, rc, answer):
+    ("revert", 1, r"f_compiled under SAC: ran no compiled code \(pytorch/pytorch#161889 reproduces\); Dynamo raised: "
+                  r"- f \(\S*repro\.py:\d+\): non-infra torch dispatch mode present, this is not supported today in torch\.compile"),
+    ("crash", 125, r"f_compiled under SAC: cannot tell \(the report's code raised ValueError\)"),
+], ids=["as-shipped", "fix-reverted", "crash-under-sac"])
+def test_the_markdown_code_runs_on_its_own_and_answers(fixed_markdown, tmp_path, change, rc, answer):
     """Pasted into a file by a maintainer, on the CPU, with nothing of this bundle beside it: one
-    line, and exit 1 where f ran eagerly."""
+    line, exit 1 where f ran eagerly, and 125 where the torch under test failed otherwise."""
     path = tmp_path / "repro.py"
     path.write_text(code_block(fixed_markdown))
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     env.pop("PYTHONPATH", None)
-    if revert:
+    if change == "revert":
         env["PYTHONPATH"] = os.path.join(ROOT, "tools", "revert_fix")
+    elif change == "crash":
+        (tmp_path / "crash").mkdir()
+        (tmp_path / "crash" / "sitecustomize.py").write_text(CRASH_UNDER_SAC)
+        env["PYTHONPATH"] = str(tmp_path / "crash")
     proc = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, timeout=600,
                           cwd=tmp_path, env=env)
     assert proc.returncode == rc, proc.stderr[-3000:]
     assert len(proc.stdout.splitlines()) == 1 and re.fullmatch(answer, proc.stdout.strip()), proc.stdout
+    if change == "crash":
+        assert "ValueError: a stand-in crash of the torch under test" in proc.stderr  # the traceback stays
 
 
 def test_markdown_says_expected_and_actual(fixed_markdown):
