@@ -5,7 +5,7 @@ import os
 import re
 import shlex
 
-from .verdict import abridge, B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, WORKAROUND, WRAPPED
+from .verdict import abridge, B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, not_compiled, WORKAROUND, WRAPPED
 
 PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
 REPORT_BEGIN = "# ==== the report's code"
@@ -158,8 +158,9 @@ def headline(report):
         return "**This build cannot show pytorch/pytorch#161889**: %s." % report["reason"]
     case = report["scenarios"][CASE]
     if case["eager_calls"]:
-        return "**This run reproduces pytorch/pytorch#161889**: the compiled f ran eagerly under SAC in " \
-               "%d of %d calls." % (case["eager_calls"], len(case["calls"]))
+        return "**This run reproduces pytorch/pytorch#161889**: the compiled f %s under SAC in %d of %d calls%s." % (
+            not_compiled(case), case["eager_calls"], len(case["calls"]),
+            " (Dynamo skipped it and, with fullgraph=True, raised)" if case.get("refused_calls") else "")
     return "**This run does not reproduce pytorch/pytorch#161889**: the compiled f ran compiled code under " \
            "SAC in all %d calls." % len(case["calls"])
 
@@ -171,7 +172,7 @@ def actual(report):
     case = report["scenarios"][CASE]
     if not case["eager_calls"]:
         return "the compiled f ran Inductor kernels under SAC in all %d calls" % len(case["calls"])
-    said = "the compiled f ran eagerly under SAC: " + report["reason"]
+    said = "the compiled f %s under SAC: %s" % (not_compiled(case), report["reason"])
     quoted = dynamo_lines(report)
     return said + ("; Dynamo said `%s`" % quoted[0].split(": ", 1)[1] if quoted else "")
 
@@ -277,9 +278,10 @@ def render_policy_markdown(report, command, collect_env, bench=None):
            "%s. Command: `%s`" % (torch_line(report), command), ""]
     case = report["scenarios"].get(CASE, {})
     if report["verdict"] == "cannot_test" or case.get("eager_calls") or not case.get("calls"):
-        why = ("the compiled f ran eagerly under SAC in %d of %d calls: that is pytorch/pytorch#161889 "
+        why = ("the compiled f %s under SAC in %d of %d calls: that is pytorch/pytorch#161889 "
                "itself, fixed in 2.10. SAC then sees f's own ops, and the policy applies to them"
-               % (case.get("eager_calls", 0), len(case.get("calls", []))) if case.get("eager_calls")
+               % (not_compiled(case), case.get("eager_calls", 0), len(case.get("calls", [])))
+               if case.get("eager_calls")
                else "this build could not be tested: " + report["reason"])
         out += ["This part cannot be shown on this torch: %s. Run it on torch 2.10 or later." % why, ""]
         return "\n".join(out + versions_details(report["env"], collect_env))

@@ -149,6 +149,7 @@ def summarize(calls, shows=None):
     kernels = sorted(n for n in total if classify(n).kernel)
     return {"shows": shows, "calls": kinds, "call_classes": [class_counts(c) for c in calls],
             "compiled_calls": kinds.count("compiled"), "eager_calls": kinds.count("eager"),
+            "refused_calls": sum(c is None for c in calls),
             "eager_pointwise": {n: total[n] for n in sorted(total) if classify(n).cls == "eager"},
             "kernels": kernels, "kernels_by_class": by_family(kernels)}
 
@@ -169,6 +170,12 @@ def from_child(entry):
     return s
 
 
+def not_compiled(s):
+    """How the calls that ran no compiled code ran: eagerly, or (from 2.12, where Dynamo raises
+    when it skips a fullgraph=True function) not at all."""
+    return "ran no compiled code" if s.get("refused_calls") else "ran eagerly"
+
+
 # ----------------------------------------------------------------------------- the verdict
 def decide(scenarios, policy, strict_policy):
     """(verdict, reason) from the calls of the control and of the case under SAC."""
@@ -184,7 +191,7 @@ def decide(scenarios, policy, strict_policy):
         return "cannot_test", "no calls under SAC (%s) were seen" % CASE
     m = len(case["calls"])
     if case["eager_calls"]:
-        what = "%d of %d calls under SAC ran eagerly" % (case["eager_calls"], m)
+        what = "%d of %d calls under SAC %s" % (case["eager_calls"], m, not_compiled(case))
         if case.get("refused"):
             how = "Dynamo skipped f_compiled and, with fullgraph=True, raised: " + case["refused"]
         else:
