@@ -279,8 +279,9 @@ def render_policy_markdown(report, command, collect_env, bench=None):
     case = report["scenarios"].get(CASE, {})
     if report["verdict"] == "cannot_test" or case.get("eager_calls") or not case.get("calls"):
         why = ("the compiled f %s under SAC in %d of %d calls: that is pytorch/pytorch#161889 "
-               "itself, fixed in 2.10. SAC then sees f's own ops, and the policy applies to them"
-               % (not_compiled(case), case.get("eager_calls", 0), len(case.get("calls", [])))
+               "itself, fixed in 2.10%s"
+               % (not_compiled(case), case.get("eager_calls", 0), len(case.get("calls", [])),
+                  "" if case.get("refused_calls") else ". SAC then sees f's own ops, and the policy applies to them")
                if case.get("eager_calls")
                else "this build could not be tested: " + report["reason"])
         out += ["This part cannot be shown on this torch: %s. Run it on torch 2.10 or later." % why, ""]
