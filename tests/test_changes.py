@@ -74,6 +74,7 @@ def test_dynamo_reason_is_in_the_report_whole(reverted_run):
     assert "dynamo (the report's loops): " + DYNAMO_REASON in lines
     assert not any(l.startswith("hint:") for l in lines)  # the line a hint would point to is there
     actual = next(l for l in markdown.splitlines() if l.startswith("- **Actual:**"))
+    assert actual.startswith("- **Actual:** 3 of 3 calls under SAC ran no compiled code (Dynamo skipped f_compiled")
     assert "Dynamo said `%s`" % DYNAMO_REASON in actual
     raised = next(l for l in lines if l.startswith("the report's loops raised"))
     assert raised.endswith("RuntimeError: torch.compile with fullgraph=True found no compiled frames.")
