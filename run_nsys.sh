@@ -111,11 +111,18 @@ route() {
     shift
   done
 }
-# The capture run's options, checked by the script's own parser before anything is captured.
-check_capture_options() {
-  [ ${#capture[@]} -eq 0 ] && return
+# Both runs' options, checked by the script's own parser before anything is captured: the judge's
+# as the judge will get them, the capture this run writes as their input (an output onto it, or a
+# --json into the bundle, found after minutes of capture, would end as 125).
+check_options() {
+  local from=(--from-nsys "$name.nsys-rep")
+  command -v nsys >/dev/null 2>&1 || from=(--from-ncu "$name.ncu.txt")
+  [ ${#capture[@]} -eq 0 ] || parse_options "${capture[@]}"
+  [ ${#judge_opts[@]} -eq 0 ] || parse_options "${from[@]}" "${judge_opts[@]}"
+}
+parse_options() {
   "$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from sac_repro import cli; sys.exit(cli.check_options(sys.argv[2:]))' \
-    "$here" "${capture[@]}" || exit 128
+    "$here" "$@" || exit 128
 }
 
 case "${1:-}" in
@@ -132,14 +139,17 @@ case "${1:-}" in
     case "$2" in *%*) die "-o $2: nsys expands %p, %h, %n, %q{VAR} and %% in a report's name, and would write a report this script never finds; name it without %" ;; esac
     name=${2%.nsys-rep}; name=${name%.qdrep}; shift 2
     folder=$(dirname "$name")
-    [ -d "$folder" ] && [ -w "$folder" ] || die "-o $name: the folder $folder does not exist or is not writable" ;;
+    [ -d "$folder" ] && [ -w "$folder" ] || die "-o $name: the folder $folder does not exist or is not writable"
+    # a folder that takes no files (/proc, a read-only mount) would leave nsys's report nowhere
+    probe=$(mktemp "$folder/.run_nsys_probe.XXXXXX" 2>/dev/null) && rm -f "$probe" ||
+      die "-o $name: nsys cannot write a report in $folder: name a report in a folder that holds files" ;;
 esac
 if [ $# -gt 0 ]; then
   [ "$1" = "--" ] || die "$1: options for the script go after -- (see --help)"
   shift
   route "$@"
 fi
-check_capture_options
+check_options
 
 # The file's identity (inode, size, modification time): a report is judged only when this
 # capture wrote it, never an older one that happens to lie here.

@@ -314,6 +314,26 @@ def test_wrapper_bad_input_aborts(fake_tools, args, message):
     assert message in stderr and len(stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--", "--json", os.path.join(ROOT, "README.md")], "a file of this bundle"),
+    (["--", "--json", ""], "--json was given an empty path"),
+    (["--", "--plot", "evidence.txt"], "--plot"),
+    (["--", "--markdown", "--json", "-"], "both want stdout"),
+    (["-o", "cap", "--", "--json", "cap.nsys-rep"], "the capture being judged"),
+    (["-o", "/proc/cap"], "-o /proc/cap: nsys cannot write a report in /proc"),
+])
+def test_the_judges_options_and_the_reports_folder_are_refused_before_the_capture(fake_tools, args, message):
+    """A usage error found only by the judge, after a capture of minutes, came out as 125 or as
+    a verdict; it must stop the wrapper before nsys runs (128, one line)."""
+    fake_tools.install("nsys", FAKE_NSYS)
+    got, stdout, stderr, calls = fake_tools(*args, FAKE_VERSION="2023.4.4", FAKE_WRITE_REPORT=1,
+                                            FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
+                                            FAKE_CSV=csv_file(fake_tools.tmp, AFFECTED_CSV))
+    assert got == 128, (stdout, stderr)
+    assert message in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert calls == "" and stdout == ""  # nsys was never asked
+
+
 def test_report_of_a_real_sqlite_export(fake_tools):
     got, stdout, _, _ = fake_tools("--report", data("h200-torch2.11", "capture.sqlite"))
     assert got == 125 and "f_compiled_with_context: missing 0-49" in stdout
