@@ -179,6 +179,9 @@ BUILDS_TESTS = "tests/test_builds.py"
 REPRO_ANSWER = "test_the_repros_answer_is_the_nightlys_exit_code"
 SEARCH = "test_the_search_finds_a_change_at_the_fourth_of_five or test_the_release_search_agrees_with_the_oracle"
 BISECT = [
+    mutant("the release search on a busy index ends as a bug of the bundle",
+           "    except Untestable as e:  # before any build", "    except OSError as e:  # before any build",
+           ARGS_TESTS, k="test_the_release_search_on_a_busy_index_aborts_saying_so"),
     mutant("a nightly's cache is not made and tried before the work",
            "    cache = caches.cache_dir(args.cache, make=True)", "    cache = caches.cache_dir(args.cache)",
            ARGS_TESTS, k="test_a_cache_that_cannot_be_one"),

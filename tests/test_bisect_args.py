@@ -340,6 +340,32 @@ def test_an_index_that_answers_a_passing_error_skips(tmp_path, code):
     assert rc == 125 and "could not read the index" in out and str(code) in out, (rc, out, err)
 
 
+class Hangup(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # the connection ends before any answer, as a flaky proxy ends it
+        self.close_connection = True
+        self.connection.shutdown(2)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("code", [503, 429, "hang-up"])
+def test_the_release_search_on_a_busy_index_aborts_saying_so(tmp_path, code):
+    """The release search lists the index's releases before any build: a busy or flaky index
+    there leaves nothing to search and no build to skip. It said 'internal error (a bug in
+    bisect_torch.py)'; it is the index, and a usage error (128) that says so."""
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(code)
+
+        def log_message(self, *args):
+            pass
+    with serve(Hangup if code == "hang-up" else Busy) as url:
+        rc, out, err = main("releases", "2.8.0", "2.12.0", "--index", url, "--cache", tmp_path / "cache")
+    one_line(rc, out, err, "could not read the index", "try again")
+    assert "internal error" not in err
+
+
 def test_an_index_links_hash_is_read_in_either_case(tmp_path):
     """A wheel is known by its sha256, in lowercase hex as hashlib writes it: a link's hash in
     capitals names the same wheel as that file hashed on disk (its environment's name and record)."""

@@ -325,7 +325,11 @@ def releases(args):
     if parse_release(args.old) > parse_release(args.new):
         raise UsageError("OLD (%s) must be older than NEW (%s)" % (args.old, args.new))
     index = indexes.release_index(args.variant, args.index)
-    versions = releases_between(args.old, args.new, indexes.release_versions(index))
+    try:
+        available = indexes.release_versions(index)
+    except Untestable as e:  # before any build: a busy or flaky index leaves nothing to search or skip
+        raise UsageError("%s: try again, or check --index" % e)
+    versions = releases_between(args.old, args.new, available)
     say("releases from %s to %s on %s: %s" % (args.old, args.new, indexes.describe(index), ", ".join(versions)))
     table, verdicts = [], {}
 
