@@ -223,10 +223,10 @@ def nsys_stats_csv(path):
     return proc.stdout
 
 
-def check_input_file(path, option):
+def check_input_file(path, option, what="a capture file"):
     """A path the user gave: not empty, a regular readable file. Says which it is not."""
     if not path:
-        raise UsageError("%s was given an empty path (an unset shell variable?): name a capture file" % option)
+        raise UsageError("%s was given an empty path (an unset shell variable?): name %s" % (option, what))
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -234,9 +234,9 @@ def check_input_file(path, option):
     except OSError as e:
         raise UsageError("%s %s: cannot read it: %s" % (option, path, e.strerror))
     if stat.S_ISDIR(st.st_mode):
-        raise UsageError("%s %s: is a folder, not a capture file" % (option, path))
+        raise UsageError("%s %s: is a folder, not %s" % (option, path, what))
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError("%s %s: not a regular file (a FIFO or a device?): save the capture to a file first" % (option, path))
+        raise UsageError("%s %s: not a regular file (a FIFO or a device?): save it to a file first" % (option, path))
     if not os.access(path, os.R_OK):
         raise UsageError("%s %s: report file not readable" % (option, path))
 

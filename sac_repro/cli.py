@@ -384,11 +384,13 @@ def signal_name(num):
 def load_bench(path):
     """A bench JSON (`bench_sac_compile.py --json`), checked for all that the policy report reads."""
     from .captures import check_input_file
-    check_input_file(path, "--bench-json")
+    check_input_file(path, "--bench-json", "the bench's JSON")
     try:
         with open(path) as fh:
             bench = json.load(fh)
         problem = bench_problem(bench)
+    except OSError as e:  # a file that passes every check and fails its read (/proc/self/mem)
+        raise UsageError("--bench-json %s: cannot read it: %s" % (path, e.strerror or e))
     except ValueError as e:
         problem = "not JSON: %s" % one_line(e)
     except RecursionError:  # json's reader recurses per level; the bench's table is four deep

@@ -157,6 +157,8 @@ def say(msg):
 
 def say_error(line):
     """One line on stderr, if stderr can still take it."""
+    if sys.stderr is None:  # closed: print(file=None) would write the line into stdout's report
+        return
     try:
         print(line, file=sys.stderr, flush=True)
     except (OSError, ValueError, AttributeError):

@@ -226,6 +226,24 @@ def test_a_bench_json_nested_thousands_deep_is_a_usage_error(tmp_path, monkeypat
                    "bench_sac_compile.py --json")
 
 
+@pytest.mark.parametrize("path, says", [("/proc/self/mem", "cannot read it"),  # a regular file that reading fails
+                                         ("FOLDER", "is a folder, not the bench's JSON")])
+def test_a_bench_json_that_cannot_be_read_is_a_usage_error(tmp_path, monkeypatch, path, says):
+    """/proc/self/mem passes every check of a file and fails its read: that was an internal error."""
+    path = str(tmp_path) if path == "FOLDER" else path
+    monkeypatch.setattr(cli, "run_child", lambda *a: pytest.fail("measured before --bench-json was checked"))
+    rc, stdout, stderr = judge("--policy-report", "--bench-json", path)
+    line = one_line_error(rc, stdout, stderr, "usage error: --bench-json %s" % path, says)
+    assert "capture" not in line
+
+
+def test_with_stderr_closed_stdout_holds_only_the_json():
+    """An error line written where stderr is closed went to stdout, after the JSON."""
+    proc = subprocess.run(["bash", "-c", '"$0" "$1" --from-nsys "$2" --json - 2>&-', sys.executable, SCRIPT, FIXED_CSV],
+                          capture_output=True, text=True, timeout=300)
+    assert json.loads(proc.stdout)["verdict"] == "not_reproduced", proc.stdout[-500:]
+
+
 def test_json_on_stdout_or_beside_the_bundle_is_fine(tmp_path):
     rc, stdout, _ = judge("--from-nsys", FIXED_CSV, "--json", "-")
     assert rc == 0 and json.loads(stdout)["verdict"] == "not_reproduced"
