@@ -73,20 +73,28 @@ def bundle_file(path):
         for i in range(1, len(parts)):
             if parts[i - 1].startswith(".venv") or os.path.exists(os.path.join(ROOT, *parts[:i], "pyvenv.cfg")):
                 return "inside %s, a virtual environment" % os.path.join(*parts[:i])
-        if (parts[0] in BUNDLE_PARTS and os.path.isfile(spelling)) or tracked_by_git(rel):
+        tracked = tracked_by_git(rel)
+        if tracked or (tracked is None and parts[0] in BUNDLE_PARTS and os.path.isfile(spelling)):
             return "%s, a file of this bundle" % rel
     return None
 
 
 def tracked_by_git(rel):
+    """Whether git tracks rel in the bundle's folder; None where git cannot tell (no git, a copy of
+    the bundle that is no checkout, or one inside another repository that does not track the
+    bundle itself), and the parts it ships must say it."""
+    this = os.path.join(os.path.basename(os.path.dirname(__file__)), os.path.basename(__file__))
     # GIT_DIR and the like, as `git bisect run` may leave them, name another repository
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     try:
-        proc = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--", ":(literal)" + rel],
+        proc = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--", ":(literal)" + rel, ":(literal)" + this],
                               capture_output=True, env=env, timeout=60)
-    except (OSError, subprocess.SubprocessError):  # no git here: the parts alone say it
-        return False
-    return proc.returncode == 0 and proc.stdout != b""
+    except (OSError, subprocess.SubprocessError):
+        return None
+    listed = proc.stdout.decode("utf-8", "surrogateescape").split("\0")
+    if proc.returncode != 0 or this not in listed:
+        return None
+    return rel in listed
 
 
 def replace_atomically(path, write):

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import (data, FIXED_CSV, judge, one_line_error,
                       REVERTED_CSV, ROOT, run, SCRIPT)
-from sac_repro import cli, exits
+from sac_repro import cli, exits, outputs
 
 pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
 
@@ -180,8 +180,7 @@ def test_a_symlink_onto_a_file_of_the_bundle_is_refused(tmp_path, kept):
 
 def test_the_bundle_is_known_without_git(monkeypatch, kept):
     """A copy of the bundle that git does not track: its parts still say what is the bundle's."""
-    from sac_repro import outputs
-    monkeypatch.setattr(outputs, "tracked_by_git", lambda rel: False)
+    monkeypatch.setattr(outputs, "tracked_by_git", lambda rel: None)  # git cannot tell
     rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--plot", kept(os.path.join(ROOT, "tests", "data", "figures",
                                                                                    "h200_bench.png")))
     one_line_error(rc, stdout, stderr, "--plot", "a file of this bundle")
@@ -242,6 +241,25 @@ def test_with_stderr_closed_stdout_holds_only_the_json():
     proc = subprocess.run(["bash", "-c", '"$0" "$1" --from-nsys "$2" --json - 2>&-', sys.executable, SCRIPT, FIXED_CSV],
                           capture_output=True, text=True, timeout=300)
     assert json.loads(proc.stdout)["verdict"] == "not_reproduced", proc.stdout[-500:]
+
+
+def test_in_a_git_checkout_only_what_git_tracks_is_the_bundles(tmp_path, monkeypatch):
+    """An output the user wrote into tests/data once was, when written again, 'a file of this
+    bundle': the list of the bundle's parts is only for a copy that git does not know."""
+    (tmp_path / "tests" / "data").mkdir(parents=True)
+    for name in ("kept.csv", "mine.json"):
+        (tmp_path / "tests" / "data" / name).write_text("x")
+    monkeypatch.setattr(outputs, "ROOT", str(tmp_path))
+    assert outputs.bundle_file(str(tmp_path / "tests" / "data" / "mine.json")) == "tests/data/mine.json, a file of this bundle"
+    (tmp_path / "sac_repro").mkdir()
+    (tmp_path / "sac_repro" / "outputs.py").write_text("x")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "tests/data/kept.csv"], check=True)
+    # a repository that does not track the bundle itself (it lies in someone's checkout) cannot tell
+    assert outputs.bundle_file(str(tmp_path / "tests" / "data" / "mine.json")) == "tests/data/mine.json, a file of this bundle"
+    subprocess.run(["git", "-C", str(tmp_path), "add", "sac_repro/outputs.py"], check=True)
+    assert outputs.bundle_file(str(tmp_path / "tests" / "data" / "mine.json")) is None
+    assert outputs.bundle_file(str(tmp_path / "tests" / "data" / "kept.csv")) == "tests/data/kept.csv, a file of this bundle"
 
 
 def test_json_on_stdout_or_beside_the_bundle_is_fine(tmp_path):
