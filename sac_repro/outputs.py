@@ -40,6 +40,8 @@ def check_writable(path, option):
         raise UsageError("%s was given an empty path (an unset shell variable?)" % option)
     if os.path.isdir(path):
         raise UsageError("%s %s: is a folder; name a file in it" % (option, path))
+    if path.endswith(os.sep):  # not there yet: open() would write a file of the folder's name
+        raise UsageError("%s %s: ends in /, as a folder's name does; name a file" % (option, path))
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise UsageError("%s %s: folder %s does not exist or is not writable" % (option, path, folder))

@@ -262,6 +262,14 @@ def test_in_a_git_checkout_only_what_git_tracks_is_the_bundles(tmp_path, monkeyp
     assert outputs.bundle_file(str(tmp_path / "tests" / "data" / "kept.csv")) == "tests/data/kept.csv, a file of this bundle"
 
 
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+def test_an_output_path_that_ends_in_a_slash_names_a_folder(tmp_path, option):
+    """`--json out/` once wrote a file named `out`."""
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, option, str(tmp_path / "new") + "/")
+    one_line_error(rc, stdout, stderr, "ends in /", "name a file")
+    assert not (tmp_path / "new").exists()
+
+
 def test_json_on_stdout_or_beside_the_bundle_is_fine(tmp_path):
     rc, stdout, _ = judge("--from-nsys", FIXED_CSV, "--json", "-")
     assert rc == 0 and json.loads(stdout)["verdict"] == "not_reproduced"
