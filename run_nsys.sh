@@ -219,11 +219,5 @@ elif command -v ncu >/dev/null 2>&1; then
   handed
   judge --from-ncu "$name.ncu.txt" ${handed[@]+"${handed[@]}"} ${judge_opts[@]+"${judge_opts[@]}"}
 else
-  cat >&2 <<EOF
-run_nsys.sh: neither nsys (Nsight Systems) nor ncu (Nsight Compute) is on PATH.
-  Install Nsight Systems from NVIDIA (https://developer.nvidia.com/nsight-systems), or the
-  nsight-systems package of your CUDA toolkit, and put its nsys on PATH.
-  No profiler is needed for a verdict: $py $(basename "$script") judges from torch.profiler.
-EOF
-  exit 128
+  die "neither nsys (Nsight Systems) nor ncu (Nsight Compute) is on PATH: install Nsight Systems (https://developer.nvidia.com/nsight-systems, or your CUDA toolkit's nsight-systems) and put nsys on PATH; no profiler is needed for a verdict: $py ${script##*/} judges from torch.profiler"
 fi

@@ -299,7 +299,7 @@ def test_wrapper_without_any_profiler_says_what_to_do(fake_tools):
     got, stdout, stderr, _ = fake_tools()
     assert got >= 128
     assert "neither nsys (Nsight Systems) nor ncu" in stderr
-    assert "torch.profiler" in stderr
+    assert "torch.profiler" in stderr and len(stderr.strip().splitlines()) == 1, stderr
 
 
 @pytest.mark.parametrize("args, message", [
