@@ -82,7 +82,8 @@ def describe(index):
 def index_folders(index):
     """A local index's folders of wheels: a flat folder, or a PEP 503 folder (one per package)."""
     if not os.path.isdir(index):
-        raise UsageError("--index %s: no such folder (an index is an http(s):// URL or a folder of wheels)" % index)
+        raise UsageError("--index %s: %s (an index is an http(s):// URL or a folder of wheels)" % (
+            index, "is a file, not a folder" if os.path.exists(index) else "no such folder"))
     subs = sorted(os.path.join(index, d) for d in os.listdir(index) if os.path.isdir(os.path.join(index, d)))
     return [index] + subs
 

@@ -281,11 +281,15 @@ def nightly_step_in(world, day, *extra, env=None):
                           env=dict(os.environ, **(env or {})))
 
 
-@pytest.mark.parametrize("index, says", [("/typo/wheels", "no such folder"), ("EMPTY", "no torch wheels")])
+@pytest.mark.parametrize("index, says", [("/typo/wheels", "no such folder"), ("EMPTY", "no torch wheels"),
+                                         ("FILE", "is a file, not a folder")])
 def test_an_index_folder_that_is_not_there_aborts(nightly_world, tmp_path, index, says):
     if index == "EMPTY":
         index = str(tmp_path / "empty")
         os.mkdir(index)
+    elif index == "FILE":
+        index = str(tmp_path / "wheels.txt")
+        open(index, "w").close()
     proc = nightly_step_in(nightly_world, "06", "--index", index)
     assert proc.returncode == 128, proc.stdout + proc.stderr
     assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
