@@ -181,3 +181,44 @@ def test_on_2_11_0_the_script_names_the_candidate_and_its_policy_line_shows_the_
     assert environment.endswith("changed: candidate fix for the SAC policy under sac(compile(f)) loaded in-process "
                                 "(mode: fix) (tools/fix_candidate/sitecustomize.py)"), environment
     assert "with_context 2 -> saved" in stdout, stdout
+
+
+# ----------------------------------------------------------------- PyTorch's own SAC tests under it
+PYTORCH_SAC_TESTS = os.path.join(ROOT, "tests", "data", "pytorch-0069a418", "test_activation_checkpointing.py")
+# As read, the file uses requires_cuda_and_triton without importing it (tests/data/pytorch-0069a418/README.md)
+ITS_IMPORT = "from torch.testing._internal.triton_utils import requires_gpu_and_triton\n"
+
+
+def pytorch_sac_tests(tmp_path, candidate):
+    """PyTorch's test/dynamo/test_activation_checkpointing.py run whole, in a folder of its own with
+    an Inductor cache of its own, without or with the candidate: {test: outcome}."""
+    folder = tmp_path / ("candidate" if candidate else "plain")
+    folder.mkdir()
+    text = open(PYTORCH_SAC_TESTS, encoding="utf-8").read()
+    assert text.count(ITS_IMPORT) == 1
+    (folder / "test_activation_checkpointing.py").write_text(
+        text.replace(ITS_IMPORT, ITS_IMPORT.replace("import ", "import requires_cuda_and_triton, ", 1)), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
+    env.update(CUDA_VISIBLE_DEVICES="", TORCHINDUCTOR_CACHE_DIR=str(folder / "inductor"))
+    if candidate:
+        env["PYTHONPATH"] = CANDIDATE
+    loaded = subprocess.run([sys.executable, "-c", "import torch, sitecustomize; print(sitecustomize.CHANGE_LABEL)"],
+                            capture_output=True, text=True, env=env, cwd=str(folder), timeout=300)
+    assert (loaded.returncode == 0 and "candidate fix" in loaded.stdout) == candidate, (loaded.stdout, loaded.stderr[-500:])
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q", "--junitxml", "out.xml",
+                    "test_activation_checkpointing.py"], capture_output=True, text=True, env=env, cwd=str(folder), timeout=1800)
+    import xml.etree.ElementTree as ET
+    outcomes = {}
+    for case in ET.parse(str(folder / "out.xml")).iter("testcase"):
+        kinds = [c.tag for c in case if c.tag in ("failure", "error", "skipped")]
+        outcomes[case.get("classname") + "." + case.get("name")] = kinds[0] if kinds else "passed"
+    return outcomes
+
+
+@pytest.mark.release  # the whole file twice: about a minute on 2 cores
+def test_pytorchs_own_sac_tests_have_the_same_outcomes_with_the_candidate(tmp_path):
+    """None of the file's tests calls a compiled function under SAC (the upstream block does): the
+    candidate must change none of their outcomes, on this environment's torch (2.13, the CPU)."""
+    plain, candidate = pytorch_sac_tests(tmp_path, False), pytorch_sac_tests(tmp_path, True)
+    assert list(plain.values()).count("passed") >= 16, plain  # the file ran, not only failed to import
+    assert candidate == plain
