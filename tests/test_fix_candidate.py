@@ -1,8 +1,9 @@
 """tools/fix_candidate, the candidate PyTorch change, measured on real torch in children of its own
 (tests/fix_probe.py): under it sac(compile(f)) computes the matmuls that eager SAC computes, with
 eager's numerics and compiled code still running; its warn mode changes no number and warns once,
-naming compile(sac(f)); without it nothing changes. The fast tier measures this environment's torch
-2.13, the release tier PyPI's 2.10.0, 2.11.0 (the H200's) and 2.15.0. Also the upstream block under
+naming compile(sac(f)); without it nothing changes. The fast tier measures the fix on this
+environment's torch 2.13; the release tier its warn mode there too, and both on PyPI's 2.10.0,
+2.11.0 (the H200's) and 2.15.0. Also the upstream block under
 the candidate, and compile(sac(f)) under two policies of the same code in one process."""
 import json
 import os
@@ -119,6 +120,7 @@ def test_under_the_candidate_sac_of_compiled_f_computes_eager_sacs_matmuls(tmp_p
     assert_fix_applies(result)
 
 
+@pytest.mark.release  # two children compiling an MLP: kept out of the fast tier's 300 s, as on 2.10, 2.11, 2.15
 def test_warn_mode_changes_no_number_and_warns_once_without_the_candidate_nothing_changes(tmp_path):
     # also the side finding: without the candidate, and in warn and fix mode alike, compile(sac(f))
     # under a second policy of the same code runs the first policy's graph
