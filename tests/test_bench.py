@@ -56,6 +56,7 @@ def test_bench_smoke_runs_every_arrangement(tmp_path):
         assert plot.bench_series(table) == [(n, r["median"], r["mem"], r["bwd_mm"]) for n, r in table["rows"].items()]
 
 
+@pytest.mark.release  # a whole bench run, as the bench's smoke tests
 def test_bench_with_the_fix_reverted_names_it(tmp_path):
     """With the fix reverted in-process the bench says so. From 2.12 its fullgraph=True
     sac(compile(block)) raises Dynamo's error instead of running eagerly: nothing to time (125),

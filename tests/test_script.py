@@ -235,26 +235,18 @@ def test_a_failing_import_of_the_bundle_in_the_child_aborts(tmp_path):
 
 
 # --------------------------------------------------------- what the measured part makes of errors
-# Stand-ins for what a torch under test does in the measured child. A call is refused as from 2.12
-# on with the fix reverted: the compiled f under SAC raises fullgraph's "found no compiled frames".
-REFUSED_UNDER_SAC = """
-    import torch.utils.checkpoint as _cp
-    _real_checkpoint = _cp.checkpoint
-    def _checkpoint(fn, *args, **kwargs):
-        if "context_fn" in kwargs and hasattr(fn, "_torchdynamo_orig_callable"):
-            raise RuntimeError("torch.compile with fullgraph=True found no compiled frames (stand-in)")
-        return _real_checkpoint(fn, *args, **kwargs)
-    _cp.checkpoint = _checkpoint
-    """
-
-
-def test_calls_that_fullgraph_refuses_under_sac_reproduce(tmp_path):
-    """2.12 and later with the fix reverted: each profiled call under SAC raises; that is the bug,
-    made loud, never a torch that crashed."""
-    rc, stdout, _ = run(sys.executable, "--device", "cpu", env=write_sitecustomize(tmp_path, REFUSED_UNDER_SAC))
-    assert rc == 1, stdout
+def test_calls_that_fullgraph_refuses_under_sac_reproduce(reverted_run):
+    """2.12 and later with the fix reverted (tools/revert_fix on this environment's torch): each
+    profiled call under SAC raises Dynamo's real fullgraph error; that is the bug, made loud, never
+    a torch that crashed."""
+    rc, report, text, _, _ = reverted_run
+    if tuple(int(v) for v in report["torch_version"].split(".")[:2]) < (2, 12):
+        pytest.skip("fullgraph raises where Dynamo skips from 2.12; this is %s" % report["torch_version"])
+    case = report["scenarios"]["with_context"]
+    assert rc == 1 and (case["eager_calls"], case["refused_calls"]) == (3, 3), case
+    assert "found no compiled frames" in case["refused"]
     assert "VERDICT: reproduced (exit 1): 3 of 3 calls under SAC ran no compiled code (Dynamo skipped f_compiled and, " \
-           "with fullgraph=True, raised" in stdout
+           "with fullgraph=True, raised" in text
 
 
 def test_a_torch_without_the_sac_api_cannot_test(tmp_path):
