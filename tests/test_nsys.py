@@ -416,7 +416,7 @@ def test_wrapper_with_a_bad_python_aborts(fake_tools, python):
     (["--", "--timeout", "abc"], "--timeout"),
     (["--", "--timeout", "nan"], "finite"),
     (["--", "--device", "gpu"], "invalid choice"),
-    (["-o", "/missing/dir/x"], "/missing/dir"),
+    (["-o", "/missing/dir/x"], "the folder /missing/dir does not exist"),
     (["--report", ""], "--report"),
     (["-o", ""], "-o needs a report NAME"),
     # an option where the name should be: once "the folder  does not exist", with dirname's own errors
