@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -209,7 +210,6 @@ def pytorch_sac_tests(tmp_path, candidate):
     assert (loaded.returncode == 0 and "candidate fix" in loaded.stdout) == candidate, (loaded.stdout, loaded.stderr[-500:])
     subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q", "--junitxml", "out.xml",
                     "test_activation_checkpointing.py"], capture_output=True, text=True, env=env, cwd=str(folder), timeout=1800)
-    import xml.etree.ElementTree as ET
     outcomes = {}
     for case in ET.parse(str(folder / "out.xml")).iter("testcase"):
         kinds = [c.tag for c in case if c.tag in ("failure", "error", "skipped")]
