@@ -1,6 +1,6 @@
-"""The command line of torch_compile_selective_activation_checkpoint.py. It never imports torch:
-the report's code runs in a child process, so that a crash or hang of the torch under test becomes
-"cannot test" (125) instead of taking the verdict with it. Or it reads a profiler capture.
+"""The judged run's command line (`python3 -m sac_repro`). It never imports torch: the bundle's
+script runs in a child process, so that a crash or hang of the torch under test becomes "cannot
+test" (125) instead of taking the verdict with it. Or it reads a profiler capture.
 """
 import argparse
 import ast
@@ -21,6 +21,11 @@ from .exits import (codes_help, end_group, EXIT_CANNOT_TEST, EXIT_OK, guarded, o
                     OutputError, raised_by_this_bundle, UsageError)
 from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_policy_markdown, render_text, rerun_command
 from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, LOOP_RANGE, LOOPS, report_from_child, report_from_loops
+
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+SCRIPT = os.path.join(os.path.dirname(HERE), "torch_compile_selective_activation_checkpoint.py")
+ENTRY = os.path.join(HERE, "__main__.py")  # the child's command: the engine, which runs SCRIPT
 
 
 class Parser(argparse.ArgumentParser):
@@ -69,7 +74,7 @@ def positive_float(text):
 
 
 def parse_args(argv, doc):
-    p = Parser(prog="torch_compile_selective_activation_checkpoint.py", description=doc,
+    p = Parser(prog="python3 -m sac_repro", description=doc,
                epilog=codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="auto: cuda when available, else cpu")
@@ -322,7 +327,7 @@ def run_child(script_path, args):
         env["CUDA_VISIBLE_DEVICES"] = ""  # the report's code picks cuda whenever torch sees a GPU
     fd, out_path = tempfile.mkstemp(prefix="sac_repro_", suffix=".json")
     os.close(fd)
-    cmd = [sys.executable, script_path, "--_child", out_path, "--device", args.device]
+    cmd = [sys.executable, ENTRY, "--_child", out_path, "--device", args.device]
     if args.loops_only:
         cmd.append("--loops-only")
     if args.policy_report:

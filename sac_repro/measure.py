@@ -1,5 +1,6 @@
-"""The measured part, in the child process: runs the report's code as written, then each scenario
-a few calls under torch.profiler, one profile per call, and writes what ran as JSON.
+"""The measured part, in the child process: runs the script file as written (the report's code and
+its loops), then each scenario on the script's own f a few calls under torch.profiler, one profile
+per call, and writes what ran as JSON.
 
 The parent (cli.py) judges that JSON; nothing here decides a verdict. A crash or hang here is
 the torch under test's, and the parent reads it as "cannot test".
@@ -22,8 +23,9 @@ import torch
 
 from .changes import torch_changes
 from .exits import EXIT_OK, Interrupted, one_line, raised_by_this_bundle
-from .render import PROGRESS, REPORT_END
-from .verdict import CASE, classify, CONTROL, CPU_MATMUL_OPS, NO_POLICY_CHECK, POLICY_REPORT_ONLY, refused_to_run_eagerly, SCENARIOS
+from .render import PROGRESS
+from .verdict import (AFTER_SAC, CASE, classify, CONTROL, CPU_MATMUL_OPS, EAGER_SAC, NO_CHECKPOINT, NO_POLICY_CHECK,
+                      POLICY_REPORT_ONLY, refused_to_run_eagerly, SCENARIOS, WORKAROUND, WRAPPED)
 
 PROFILED_CALLS = 3  # each judged on its own: one compiled call must not hide two eager ones
 TIMED_CALLS = 20
@@ -106,17 +108,27 @@ class DynamoSkips(logging.Handler):
 
 
 # ----------------------------------------------------------------------------- the report's code
+# What the scenarios read from the script's namespace: the script must keep defining them.
+SCRIPT_MODULE = "__sac_repro__"
+REPORT_NAMES = ("device", "x", "y", "f", "f_compiled", "policy_fn", "create_selective_checkpoint_contexts",
+                "checkpoint_fn_with_context", "checkpoint_fn_without_context")
+
+
 def run_script(path, result, skips):
-    """Runs the script's text at module level, the report's block as written, then the scenarios.
-    In two parts, so that a loop that raises (2.12+: fullgraph's "found no compiled frames")
-    still leaves the set-up to measure. Returns the script's namespace."""
-    source = open(path).read()
-    report_part, _, scenario_part = source.partition(REPORT_END)
-    namespace = {"__name__": "__sac_repro__", "__file__": path}
+    """Runs the script file as written, under a name other than __main__, so that its answer stays
+    unasked: the report's code and its loops. Into a namespace of our own, so that a loop that
+    raises (2.12+: fullgraph's "found no compiled frames") still leaves the set-up to measure.
+    Returns the script's namespace."""
+    # A module in sys.modules: Dynamo, inlining the script's functions into a frame of ours, imports
+    # their globals' module by its __name__.
+    module = sys.modules[SCRIPT_MODULE] = types.ModuleType(SCRIPT_MODULE)
+    module.__file__ = path
+    namespace = module.__dict__
     progress("compiling f and running the report's two loops of 50 calls")
     skips.where = "the report's loops"
+    argv, sys.argv = sys.argv, [path]  # the script refuses options: ours are not its
     try:
-        exec(compile(report_part, path, "exec"), namespace)
+        exec(compile(open(path).read(), path, "exec"), namespace)
     except ImportError as e:
         if "CheckpointPolicy" in str(e) or "create_selective_checkpoint_contexts" in str(e):
             raise NoSacApi(e)
@@ -127,13 +139,42 @@ def run_script(path, result, skips):
         skips.from_error(e)
         result["loops_error"] = first_sentence(e)
         progress("a loop raised Dynamo's fullgraph error: " + first_sentence(e))
-    skips.where = None
-    padding = "\n" * report_part.count("\n")  # keeps the line numbers of tracebacks right
-    exec(compile(padding + REPORT_END + scenario_part, path, "exec"), namespace)
-    missing = [name for name in namespace["REPORT_NAMES"] if name not in namespace]
-    if missing:  # an edit of the report's block lost what the measurement reads: ours, not torch's
-        raise KeyError("the report's block no longer defines %s (the main script's REPORT_NAMES)" % ", ".join(missing))
+    finally:
+        sys.argv, sys.excepthook = argv, sys.__excepthook__  # the script's answer to an error is not ours
+        skips.where = None
+    missing = [name for name in REPORT_NAMES if name not in namespace]
+    if missing:  # an edit of the script lost what the scenarios read: ours, not torch's
+        raise KeyError("the script no longer defines %s (sac_repro/measure.py's REPORT_NAMES)" % ", ".join(missing))
     return namespace
+
+
+def scenario_calls(ns):
+    """One call per scenario of verdict.SCENARIOS, on the script's own f, inputs and checkpoints."""
+    import torch._inductor.config
+    f, x, y = ns["f"], ns["x"], ns["y"]
+    with_context, without_context = ns["checkpoint_fn_with_context"], ns["checkpoint_fn_without_context"]
+
+    def sac_of_f(x, y):
+        return with_context(f, x, y)
+
+    # Dynamo's cache, and on affected torch its sticky skip, live on f's code object: the control
+    # gets a code object that was never called under SAC.
+    f_control = torch.compile(fresh_code(f), fullgraph=True, dynamic=True)
+    f_sac_compiled = torch.compile(sac_of_f, fullgraph=True)  # compile(sac(f)), as the README spells it
+    calls = {
+        CONTROL: lambda: without_context(f_control, x, y),
+        CASE: lambda: with_context(ns["f_compiled"], x, y),
+        WORKAROUND: lambda: f_sac_compiled(x, y),
+        AFTER_SAC: lambda: without_context(ns["f_compiled"], x, y),
+        EAGER_SAC: lambda: sac_of_f(x, y),
+        NO_CHECKPOINT: lambda: f_control(x, y),
+    }
+    # For --policy-report only (2.10 and later): the option that shows SAC the compiled region as one op.
+    if hasattr(torch._inductor.config, "wrap_inductor_compiled_regions"):
+        f_wrapped = torch.compile(fresh_code(f), fullgraph=True, dynamic=True,
+                                  options={"wrap_inductor_compiled_regions": True})
+        calls[WRAPPED] = lambda: with_context(f_wrapped, x, y)
+    return calls
 
 
 class NoSacApi(Exception):
@@ -285,10 +326,7 @@ def measure(path, device, loops_only, policy_report, timeline, result):
     gc.disable()
     policy_seen = record_policy_calls(namespace)
     scenarios = result["scenarios"] = {}
-    calls = namespace["SCENARIOS"]
-    unknown = set(calls) - set(SCENARIOS)
-    if unknown:
-        raise KeyError("the main script calls scenarios that sac_repro/verdict.py does not know: %s" % sorted(unknown))
+    calls = scenario_calls(namespace)
     chosen = {name: calls[name] for name in SCENARIOS
               if name in calls and (policy_report or name not in POLICY_REPORT_ONLY)}
     for name, step in chosen.items():

@@ -8,8 +8,6 @@ import shlex
 from .verdict import abridge, B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, not_compiled, WORKAROUND, WRAPPED
 
 PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
-REPORT_BEGIN = "# ==== the report's code"
-REPORT_END = "# ==== end of the report's code"
 BUNDLE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECTED = "the compiled f runs compiled code (Inductor kernels) under SAC, as it does under a plain checkpoint"
 POLICY_HEADING = "#### A second finding: the policy never sees the compiled matmul"
@@ -17,10 +15,9 @@ TABLE_HEADER = ("scenario", "compiled calls", "eager pointwise ops", "kernels", 
 
 
 def report_code(script_path):
-    """The report's block of the main script, exactly as the child ran it."""
-    text = open(script_path).read()
-    begin, end = text.index(REPORT_BEGIN), text.index(REPORT_END)
-    return text[text.index("\n", begin) + 1:end].strip() + "\n"
+    """The script file, byte for byte: what the child ran, and what answers by itself when saved."""
+    with open(script_path, newline="") as fh:
+        return fh.read()
 
 
 def environment_line(env):
@@ -70,7 +67,7 @@ def rerun_command(report, script_path, argv, capture_options=None):
         else:
             shown.append(a)
     if capture_options is None:
-        return " ".join(prefix + ["python", os.path.basename(script_path)] + [shlex.quote(a) for a in shown])
+        return " ".join(prefix + ["python3", "-m", "sac_repro"] + [shlex.quote(a) for a in shown])
     name = re.sub(r"(\.nsys-rep|\.qdrep|\.ncu\.txt)$", "", report_file or "")
     named = [] if name in ("", DEFAULT_CAPTURE) else ["-o", shlex.quote(name)]
     rest = [shlex.quote(a) for a in capture_options + shown]
@@ -250,9 +247,10 @@ def render_markdown(report, command, script_path, collect_env):
     if rows:
         out += markdown_table(rows, TABLE_HEADER)
     out += policy_section(report)
-    out += ["", "<details><summary>Repro: the report's code as it ran (standalone; [changed] and "
-            "[added] mark the edits to the report; it prints its answer and exits 1 where f ran eagerly)"
-            "</summary>", "", "```python", report_code(script_path).rstrip(), "```", "", "</details>", ""]
+    out += ["", "<details><summary>Repro: %s, the file that ran (standalone: saved and run, it prints "
+            "its answer and exits 0, 1 where f ran eagerly or was refused under SAC, 125 where it cannot "
+            "tell; [changed] and [added] mark the edits to the report)</summary>" % os.path.basename(script_path),
+            "", "```python", report_code(script_path) + "```", "", "</details>", ""]
     out += versions_details(report["env"], collect_env)
     return "\n".join(out)
 
