@@ -5,7 +5,7 @@
 #                                        and the verdict (NAME defaults to the script's name)
 #   ./run_nsys.sh --report FILE [OPTIONS]  judge an existing .nsys-rep, .sqlite or nvtx_kern_sum CSV
 #
-# OPTIONS are the script's. Two runs see them: the capture run (the report's code under nsys,
+# OPTIONS are the judged run's (python3 -m sac_repro). Two runs see them: the capture run (the report's code under nsys,
 # with --loops-only) takes --device and --timeout; the judge (--from-nsys on the new report) takes
 # --hunt-fix, --strict-policy, --json PATH, --markdown and --plot PATH. Anything else is a usage
 # error, found before anything is captured. PYTHON names the Python to run (default python3).
@@ -45,7 +45,8 @@ while [ -L "$self" ]; do
 done
 here=$(cd "$(dirname "$self")" && pwd) || die "cannot find the folder of $self"
 script="$here/torch_compile_selective_activation_checkpoint.py"
-[ -f "$script" ] || die "$script is missing: copy the bundle's whole folder"
+engine="$here/sac_repro"  # the judged run (python3 -m sac_repro), which runs the script
+[ -f "$script" ] && [ -f "$engine/__main__.py" ] || die "$script or $engine is missing: copy the bundle's whole folder"
 py=${PYTHON:-python3}
 name=torch_compile_selective_activation_checkpoint
 
@@ -79,7 +80,7 @@ run_bg() {
 
 # Passes the judge's exit code on: the verdict's codes only.
 judge() {
-  "$py" "$script" "$@"
+  "$py" "$engine" "$@"
   local code=$?
   case $code in
     0|1) judged=$code; exit "$code" ;;
@@ -192,8 +193,8 @@ if command -v nsys >/dev/null 2>&1; then
   if [ -n "$(section stop-on-exit)" ]; then flags+=(-x true); else note "$version has no -x/--stop-on-exit; it stops on exit by default"; fi
   flags+=(-o "$name")
   before_rep=$(identity "$name.nsys-rep") before_qdrep=$(identity "$name.qdrep")
-  echo "+ nsys profile ${flags[*]} $py $script --loops-only --_env $handoff ${capture[*]+${capture[*]}}" >&2
-  run_bg nsys profile "${flags[@]}" "$py" "$script" --loops-only --_env "$handoff" ${capture[@]+"${capture[@]}"}
+  echo "+ nsys profile ${flags[*]} $py $engine --loops-only --_env $handoff ${capture[*]+${capture[*]}}" >&2
+  run_bg nsys profile "${flags[@]}" "$py" "$engine" --loops-only --_env "$handoff" ${capture[@]+"${capture[@]}"}
   # The capture run could not run the report's code (or its loops raised): nothing to judge.
   [ $rc -eq 125 ] && { note "the capture run says cannot_test (exit 125): not judged"; exit 125; }
   if [ "$(identity "$name.nsys-rep")" != "$before_rep" ]; then report=$name.nsys-rep
@@ -209,15 +210,15 @@ elif command -v ncu >/dev/null 2>&1; then
   note "nsys is not on PATH; using Nsight Compute instead (replays every kernel: slower)"
   # --profile-from-start off honours the script's cudaProfilerStart/Stop, as the nsys capture range does;
   # one cheap metric instead of ncu's default sections keeps the replay short.
-  echo "+ ncu --nvtx --print-summary per-nvtx --profile-from-start off --metrics gpu__time_duration.sum $py $script --loops-only --_env $handoff ${capture[*]+${capture[*]}}" >&2
+  echo "+ ncu --nvtx --print-summary per-nvtx --profile-from-start off --metrics gpu__time_duration.sum $py $engine --loops-only --_env $handoff ${capture[*]+${capture[*]}}" >&2
   # The shell empties $name.ncu.txt before ncu starts: what it holds afterwards is this capture's.
   : > "$name.ncu.txt" || die "cannot write $name.ncu.txt"
   run_bg sh -c 'exec "$@" > "$0"' "$name.ncu.txt" ncu --nvtx --print-summary per-nvtx --profile-from-start off \
-    --metrics gpu__time_duration.sum "$py" "$script" --loops-only --_env "$handoff" ${capture[@]+"${capture[@]}"}
+    --metrics gpu__time_duration.sum "$py" "$engine" --loops-only --_env "$handoff" ${capture[@]+"${capture[@]}"}
   [ $rc -eq 125 ] && { note "the capture run says cannot_test (exit 125): not judged"; exit 125; }
   [ -s "$name.ncu.txt" ] || { echo "cannot_test: ncu wrote nothing (exit $rc)" >&2; exit 125; }
   handed
   judge --from-ncu "$name.ncu.txt" ${handed[@]+"${handed[@]}"} ${judge_opts[@]+"${judge_opts[@]}"}
 else
-  die "neither nsys (Nsight Systems) nor ncu (Nsight Compute) is on PATH: install Nsight Systems (https://developer.nvidia.com/nsight-systems, or your CUDA toolkit's nsight-systems) and put nsys on PATH; no profiler is needed for a verdict: $py ${script##*/} judges from torch.profiler"
+  die "neither nsys (Nsight Systems) nor ncu (Nsight Compute) is on PATH: install Nsight Systems (https://developer.nvidia.com/nsight-systems, or your CUDA toolkit's nsight-systems) and put nsys on PATH; no profiler is needed for a verdict: $py ${script##*/} answers, and $py -m sac_repro judges, from torch.profiler"
 fi

@@ -1,8 +1,7 @@
 """pytorch/pytorch#161889: a torch.compile'd f called inside selective activation checkpointing (SAC)
-runs eagerly on torch 2.5 to 2.9: no Inductor kernels run. Fixed in 2.10.0. The report's code, with
-the lines marked [changed] and [added], then its answer from what ran (torch.profiler) under SAC and
-in a control call without SAC. Exit 0: compiled under SAC; 1: eager or refused by Dynamo under SAC
-(reproduced); 125: cannot tell on this build."""
+runs eagerly on torch 2.5 to 2.9 (no Inductor kernels); fixed in 2.10.0. The report's code, its edits
+marked, then its answer from what ran under SAC and in a control call without SAC (torch.profiler):
+exit 0 compiled under SAC, 1 eager or refused by Dynamo there (reproduced), 125 cannot tell."""
 import io, logging, os, sys, traceback, types  # [added] the answer comes first: an error below gets one too
 
 dynamo_log = io.StringIO()  # Dynamo gives its reason for skipping a frame at debug level only
@@ -49,7 +48,6 @@ def answer_error(kind, error, tb):  # never Python's exit 1 for an error: 1 read
 sys.excepthook = answer_error
 if sys.argv[1:]:  # 128: a usage error aborts a bisect
     sys.exit(print("this script takes no options; the judged run does: python3 -m sac_repro --help", file=sys.stderr) or 128)
-
 # ==== the report's code (pytorch/pytorch#161889) ====
 import functools
 

@@ -1,9 +1,10 @@
-"""The machinery behind torch_compile_selective_activation_checkpoint.py, bisect_torch.py and
-bench_sac_compile.py, one concern per module, in the order the data flows:
+"""The judged run (`python3 -m sac_repro`), built on the bundle's script, which it runs as written,
+and the machinery behind bisect_torch.py and bench_sac_compile.py, one concern per module, in the
+order the data flows:
 
     exits     exit codes (the `git bisect run` contract), signals, and the guard of every entry point
-    cli       the main script's command line: the child process, or a capture read
-    measure   the child: runs the report's code and the scenarios under torch.profiler
+    cli       the judged run's command line: the child process, or a capture read
+    measure   the child: runs the script as written, then the scenarios, under torch.profiler
     captures  nsys and ncu captures read into NVTX ranges and the kernels in each
     verdict   the kernel classifier, each call judged, the policy check
     render    the text and markdown reports (policy_snippet: the code the policy report pastes)

@@ -110,7 +110,7 @@ class DynamoSkips(logging.Handler):
 # ----------------------------------------------------------------------------- the report's code
 # What the scenarios read from the script's namespace: the script must keep defining them.
 SCRIPT_MODULE = "__sac_repro__"
-REPORT_NAMES = ("device", "x", "y", "f", "f_compiled", "policy_fn", "create_selective_checkpoint_contexts",
+REPORT_NAMES = ("device", "x", "y", "f", "f_compiled", "policy_fn", "context_fn", "create_selective_checkpoint_contexts",
                 "checkpoint_fn_with_context", "checkpoint_fn_without_context")
 
 

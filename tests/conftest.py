@@ -14,6 +14,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "torch_compile_selective_activation_checkpoint.py")
+JUDGED = os.path.join(ROOT, "sac_repro")  # the judged run, `python3 -m sac_repro`, called by path
 DATA = os.path.join(ROOT, "tests", "data")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -25,9 +26,9 @@ collect_ignore = ["data"]
 
 
 def run(python, *args, env=None, timeout=900):
-    """Runs the script; returns (exit code, stdout, stderr)."""
+    """The judged run; returns (exit code, stdout, stderr)."""
     full_env = dict(os.environ, **(env or {}))
-    proc = subprocess.run([python, SCRIPT] + list(args), capture_output=True, text=True,
+    proc = subprocess.run([python, JUDGED] + list(args), capture_output=True, text=True,
                           env=full_env, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -43,7 +44,7 @@ def restore_signal_handlers():
 
 
 def judge(*args):
-    """The main script's command line in this process (fast, and visible to a mutation tool):
+    """The judged run's command line in this process (fast, and visible to a mutation tool):
     (exit code, stdout, stderr). For what needs no torch: reading captures, usage errors."""
     from sac_repro import cli
     handlers = {s: signal.getsignal(s) for s in HANDLED_SIGNALS}
@@ -103,7 +104,7 @@ def shared_run(tmp_path_factory, name, command):
 
 
 # As a user types them, in the bundle's folder: the markdown's Command must give them back.
-FIXED_COMMAND = "python torch_compile_selective_activation_checkpoint.py --device cpu --markdown"
+FIXED_COMMAND = "python3 -m sac_repro --device cpu --markdown"
 REVERTED_COMMAND = "PYTHONPATH=tools/revert_fix " + FIXED_COMMAND
 
 

@@ -75,7 +75,7 @@ RUN_NSYS = [mutant(what, old, new, "tests/test_nsys.py") for what, old, new in [
      "if false; then"),
     ("-x true is passed where nsys lacks it", 'if [ -n "$(section stop-on-exit)" ]; then', 'if true; then'),
     ("the capture runs the whole script, not the loops",
-     'run_bg nsys profile "${flags[@]}" "$py" "$script" --loops-only', 'run_bg nsys profile "${flags[@]}" "$py" "$script"'),
+     'run_bg nsys profile "${flags[@]}" "$py" "$engine" --loops-only', 'run_bg nsys profile "${flags[@]}" "$py" "$engine"'),
     ("Inductor's compile workers are not limited", "export TORCHINDUCTOR_COMPILE_THREADS=1", ":"),
     ("ncu ignores the script's capture range", "ncu --nvtx --print-summary per-nvtx --profile-from-start off \\",
      "ncu --nvtx --print-summary per-nvtx \\"),

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import (data, FIXED_CSV, judge, one_line_error,
-                      REVERTED_CSV, ROOT, run, SCRIPT)
+                      JUDGED, REVERTED_CSV, ROOT, run, SCRIPT)
 from sac_repro import cli, exits, outputs
 
 pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
@@ -25,10 +25,12 @@ def test_an_empty_path_is_a_usage_error(option):
 
 
 # ------------------------------------------------- 4: failures outside the verdict are not "bad"
-def test_the_script_copied_without_its_package_aborts(tmp_path):
-    copy = tmp_path / "repro.py"
-    shutil.copy(SCRIPT, copy)
-    proc = subprocess.run([sys.executable, str(copy), "--from-nsys", FIXED_CSV], capture_output=True, text=True)
+def test_the_engine_copied_without_its_package_aborts(tmp_path):
+    """The package's entry point alone, without the modules beside it: 128 (a bisect aborts)."""
+    (tmp_path / "sac_repro").mkdir()
+    shutil.copy(os.path.join(JUDGED, "__main__.py"), tmp_path / "sac_repro")
+    proc = subprocess.run([sys.executable, str(tmp_path / "sac_repro"), "--from-nsys", FIXED_CSV],
+                          capture_output=True, text=True)
     one_line_error(proc.returncode, proc.stdout, proc.stderr, "sac_repro")
 
 
@@ -39,7 +41,7 @@ def closed_pipes(args, **kw):
     os.close(r_out)
     os.close(r_err)
     try:
-        proc = subprocess.run([sys.executable, SCRIPT] + args, stdout=w_out, stderr=w_err, **kw)
+        proc = subprocess.run([sys.executable, JUDGED] + args, stdout=w_out, stderr=w_err, **kw)
     finally:
         os.close(w_out)
         os.close(w_err)
@@ -238,7 +240,7 @@ def test_a_bench_json_that_cannot_be_read_is_a_usage_error(tmp_path, monkeypatch
 
 def test_with_stderr_closed_stdout_holds_only_the_json():
     """An error line written where stderr is closed went to stdout, after the JSON."""
-    proc = subprocess.run(["bash", "-c", '"$0" "$1" --from-nsys "$2" --json - 2>&-', sys.executable, SCRIPT, FIXED_CSV],
+    proc = subprocess.run(["bash", "-c", '"$0" "$1" --from-nsys "$2" --json - 2>&-', sys.executable, JUDGED, FIXED_CSV],
                           capture_output=True, text=True, timeout=300)
     assert json.loads(proc.stdout)["verdict"] == "not_reproduced", proc.stdout[-500:]
 
@@ -305,7 +307,7 @@ def clone(tmp_path):
 
 
 def judge_in(root, *args):
-    proc = subprocess.run([sys.executable, str(root / os.path.basename(SCRIPT)), "--from-nsys", FIXED_CSV] + list(args),
+    proc = subprocess.run([sys.executable, str(root / "sac_repro"), "--from-nsys", FIXED_CSV] + list(args),
                           cwd=root, capture_output=True, text=True, timeout=120)
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -366,7 +368,7 @@ def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path, option, name, r
         env.update(request.getfixturevalue("matplotlib_config"))
     out = tmp_path / name
     out.write_bytes(b"the old report\n")
-    proc = subprocess.run([sys.executable, SCRIPT, "--from-nsys", FIXED_CSV, option, str(out)], capture_output=True,
+    proc = subprocess.run([sys.executable, JUDGED, "--from-nsys", FIXED_CSV, option, str(out)], capture_output=True,
                           text=True, preexec_fn=limited_to(4000), timeout=120, env=env)
     assert proc.returncode == 128, proc.stdout + proc.stderr
     assert "cannot" in proc.stderr and option in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -623,7 +623,7 @@ def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path):
     assert "torch 2.11.0+cu130" in text and "| changed: the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)" in text
     assert "dynamo (the report's loops): skipping: f (reason: non-infra torch dispatch mode present)" in text
     rc, markdown, _ = judge("--from-nsys", REVERTED_CSV, "--markdown", "--_env", handoff)
-    assert "PYTHONPATH=tools/revert_fix python torch_compile_selective_activation_checkpoint.py --from-nsys" in markdown
+    assert "PYTHONPATH=tools/revert_fix python3 -m sac_repro --from-nsys" in markdown
     assert "--_env" not in markdown
     rc, as_json, _ = judge("--from-nsys", REVERTED_CSV, "--json", "-", "--_env", handoff)
     assert json.loads(as_json)["torch_changes"] == [change]

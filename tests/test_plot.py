@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import data, judge, recorded, ROOT, SCRIPT
+from conftest import data, judge, JUDGED, recorded, ROOT
 from sac_repro import plot, verdict
 
 pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
@@ -158,7 +158,7 @@ def without_matplotlib(tmp_path):
 
 
 def test_plot_without_matplotlib_is_a_usage_error_before_any_work(tmp_path):
-    proc = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--plot", str(tmp_path / "p.png")],
+    proc = subprocess.run([sys.executable, JUDGED, "--device", "cpu", "--plot", str(tmp_path / "p.png")],
                           capture_output=True, text=True, env=without_matplotlib(tmp_path), timeout=60)
     assert proc.returncode == 128, proc.stderr
     assert proc.stderr.strip() == "usage error: --plot needs matplotlib, which this Python lacks: pip install matplotlib"
@@ -166,7 +166,7 @@ def test_plot_without_matplotlib_is_a_usage_error_before_any_work(tmp_path):
 
 
 def test_no_picture_asked_no_matplotlib_needed(tmp_path):
-    proc = subprocess.run([sys.executable, SCRIPT, "--from-nsys", data("h200-torch2.11-fix-reverted", "capture.sqlite")],
+    proc = subprocess.run([sys.executable, JUDGED, "--from-nsys", data("h200-torch2.11-fix-reverted", "capture.sqlite")],
                           capture_output=True, text=True, env=without_matplotlib(tmp_path), timeout=60)
     assert proc.returncode == 1, proc.stderr
     code = "import sys; sys.path.insert(0, %r); from sac_repro import cli, plot; print('matplotlib' in sys.modules)" % ROOT

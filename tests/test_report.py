@@ -5,7 +5,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
@@ -27,59 +26,20 @@ def code_block(markdown):
     return re.search(r"```python\n(.*?)```", markdown, re.S).group(1)
 
 
-def test_markdown_carries_the_code_that_ran(fixed_markdown):
+def test_markdown_carries_the_script_byte_for_byte(fixed_markdown):
+    """The paste's code is the script file that ran, so it cannot drift from it; run alone, it
+    answers by itself (test_standalone.py)."""
     code = code_block(fixed_markdown)
-    assert code == render.report_code(SCRIPT)
+    with open(SCRIPT, newline="") as fh:
+        assert code == fh.read()
     for line in SEED_LINES:
         assert line in code
     assert "[changed]" in code and "[added]" in code
 
 
-# Stands in for a crash of the torch under test in the report's SAC loop: the paste must not read
-# Python's exit 1 of an uncaught error as "reproduces".
-CRASH_UNDER_SAC = """import torch.utils.checkpoint as c
-real = c.checkpoint
-def checkpoint(fn, *args, context_fn=None, **kwargs):
-    if context_fn is not None:
-        raise ValueError("a stand-in crash of the torch under test")
-    return real(fn, *args, **kwargs)
-c.checkpoint = checkpoint
-"""
-
-
-@pytest.mark.parametrize("change, rc, answer", [
-    (None, 0, r"f_compiled under SAC: ran compiled code \(pytorch/pytorch#161889 does not reproduce\)"),
-    # 2.12 and later: the loop raises Dynamo's fullgraph error, which the code's last answer quotes
-    ("revert", 1, r"f_compiled under SAC: ran no compiled code \(pytorch/pytorch#161889 reproduces\); Dynamo raised: "
-                  r"- f \(\S*repro\.py:\d+\): non-infra torch dispatch mode present, this is not supported today in torch\.compile"),
-    # one more whole run of the paste: the release tier, to keep the fast tier within its 300 s
-    pytest.param("crash", 125, r"f_compiled under SAC: cannot tell \(the report's code raised ValueError\)",
-                 marks=pytest.mark.release),
-], ids=["as-shipped", "fix-reverted", "crash-under-sac"])
-def test_the_markdown_code_runs_on_its_own_and_answers(fixed_markdown, tmp_path, change, rc, answer):
-    """Pasted into a file by a maintainer, on the CPU, with nothing of this bundle beside it: one
-    line, exit 1 where f ran eagerly, and 125 where the torch under test failed otherwise."""
-    path = tmp_path / "repro.py"
-    path.write_text(code_block(fixed_markdown))
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    env.pop("PYTHONPATH", None)
-    if change == "revert":
-        env["PYTHONPATH"] = os.path.join(ROOT, "tools", "revert_fix")
-    elif change == "crash":
-        (tmp_path / "crash").mkdir()
-        (tmp_path / "crash" / "sitecustomize.py").write_text(CRASH_UNDER_SAC)
-        env["PYTHONPATH"] = str(tmp_path / "crash")
-    proc = subprocess.run([sys.executable, "repro.py"], capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path, env=env)
-    assert proc.returncode == rc, proc.stderr[-3000:]
-    assert len(proc.stdout.splitlines()) == 1 and re.fullmatch(answer, proc.stdout.strip()), proc.stdout
-    if change == "crash":
-        assert "ValueError: a stand-in crash of the torch under test" in proc.stderr  # the traceback stays
-
-
 def test_markdown_says_expected_and_actual(fixed_markdown):
     lines = fixed_markdown.splitlines()
-    assert "torch 2." in lines[4] and "Command: `python torch_compile_selective_activation_checkpoint.py" in lines[4]
+    assert "torch 2." in lines[4] and "Command: `python3 -m sac_repro --device cpu --markdown" in lines[4]
     expected = next(l for l in lines if l.startswith("- **Expected:**"))
     assert expected == "- **Expected:** %s." % render.EXPECTED and "compiled code (Inductor kernels) under SAC" in expected
     actual = next(l for l in lines if l.startswith("- **Actual:**"))
@@ -207,9 +167,9 @@ def test_the_markdown_transcript_is_what_the_code_prints_today(fixed_run):
         pytest.skip("the recorded block is of torch 2.13.0; this is %s" % report["torch_version"])
     printed = markdown.splitlines()
     assert drift_lines(recorded) == drift_lines(printed)
-    # the collapsed code is the main script's block (test_markdown_carries_the_code_that_ran): the
+    # the collapsed code is the script file (test_markdown_carries_the_script_byte_for_byte): the
     # transcript cuts it, and says how long it is
-    cut = re.fullmatch(r"\[\.\.\. the report's code: the main script's block between its two markers, "
+    cut = re.fullmatch(r"\[\.\.\. torch_compile_selective_activation_checkpoint\.py, the script file, "
                        r"(\d+) lines, cut here \.\.\.\]\n", code_block(section))
     assert cut and int(cut.group(1)) == len(code_block(markdown).splitlines()), code_block(section)[:300]
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import SCRIPT
+from conftest import JUDGED
 from wheels import BISECT, git, nightly_world  # noqa: F401  (a fixture)
 
 HANG_IN_CHILD = """
@@ -55,7 +55,7 @@ def gone(pid, seconds=30):
 
 @pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGQUIT, 131)])
 def test_a_signal_to_the_script_ends_its_child_and_its_temp_files(tmp_path, sig, rc):
-    err = signal_mid_run([sys.executable, SCRIPT, "--device", "cpu"], tmp_path, sig, rc)
+    err = signal_mid_run([sys.executable, JUDGED, "--device", "cpu"], tmp_path, sig, rc)
     assert "interrupted" in err and len(err.strip().splitlines()) == 1, err
 
 

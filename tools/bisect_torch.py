@@ -54,7 +54,7 @@ except Exception as e:  # copied without its package, say: abort a bisect, never
         os._exit(128)
 
 BUNDLE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-REPRO = os.path.join(BUNDLE, "torch_compile_selective_activation_checkpoint.py")
+REPRO = os.path.join(BUNDLE, "sac_repro")  # the judged run, as `python3 PATH/sac_repro`
 NIGHTLY_SUBJECT = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) nightly release \(([0-9a-f]{40})\)")
 RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")  # ASCII: \d would take any script's digits
 

@@ -3,7 +3,7 @@ sac(compile(f)) a per-op SAC policy never sees f's ops (aten.mm.default), so bac
 what the policy says to save. Loaded in any Python started with this folder on PYTHONPATH, as
 tools/revert_fix is; for torch 2.10 to 2.15.
 
-    PYTHONPATH=tools/fix_candidate python3 torch_compile_selective_activation_checkpoint.py
+    PYTHONPATH=tools/fix_candidate python3 -m sac_repro
     SAC_FIX_CANDIDATE=warn PYTHONPATH=tools/fix_candidate python3 tools/bench_sac_compile.py
 
 SAC_FIX_CANDIDATE picks the mode:

@@ -1,0 +1,133 @@
+"""The script alone, as a maintainer copies it out of an issue: saved into an empty folder and run
+from another one, with nothing of the bundle beside it. It answers by itself, by the exit codes
+of `git bisect run`: 0 compiled under SAC, 1 eager or refused under SAC, 125 cannot tell."""
+import ast
+import difflib
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import data, ROOT, SCRIPT
+
+ANSWER = re.compile(r"^f_compiled under SAC: (ran compiled code|ran eagerly|ran no compiled code|cannot tell)")
+
+
+def run_alone(tmp_path, *python, env=None):
+    """(exit code, the answer line, stdout, stderr) of the script copied alone into tmp_path/alone,
+    run from tmp_path/elsewhere."""
+    alone, elsewhere = tmp_path / "alone", tmp_path / "elsewhere"
+    alone.mkdir()
+    elsewhere.mkdir()
+    shutil.copy(SCRIPT, alone / "repro.py")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "PYTHON"))}
+    proc = subprocess.run(list(python or [sys.executable]) + [str(alone / "repro.py")], cwd=elsewhere,
+                          env=dict(clean, **(env or {})), capture_output=True, text=True, timeout=600)
+    answers = [l for l in proc.stdout.splitlines() if ANSWER.match(l)]
+    assert len(answers) == 1, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    return proc.returncode, answers[0], proc.stdout, proc.stderr
+
+
+# ------------------------------------------------------------------ its answer, on torch 2.13
+def test_alone_on_a_fixed_torch_it_answers_0(tmp_path):
+    rc, line, _, _ = run_alone(tmp_path)
+    assert rc == 0, line
+    assert line.startswith("f_compiled under SAC: ran compiled code (pytorch/pytorch#161889 does not reproduce; torch 2.")
+
+
+def test_alone_with_the_fix_reverted_it_answers_1_in_dynamos_words(tmp_path):
+    """2.12 and later: Dynamo refuses f under SAC and, with fullgraph=True, raises in the report's
+    loop. That error is the answer, 1, never 125; its reason is quoted."""
+    rc, line, _, _ = run_alone(tmp_path, env={"PYTHONPATH": os.path.join(ROOT, "tools", "revert_fix")})
+    assert rc == 1, line
+    assert "ran no compiled code (pytorch/pytorch#161889 reproduces" in line
+    assert "Dynamo: - f (" in line and "non-infra torch dispatch mode present" in line
+
+
+@pytest.mark.parametrize("switch, why", [
+    ("TORCHDYNAMO_DISABLE", "the control, without SAC, ran no compiled code"),
+    ("TORCH_COMPILE_DISABLE", "found no compiled frames"),  # raised by the control's first call
+])
+def test_alone_with_compile_switched_off_it_cannot_tell(tmp_path, switch, why):
+    """Nothing compiles anywhere, the control included: that says nothing of SAC (125)."""
+    rc, line, _, _ = run_alone(tmp_path, env={switch: "1"})
+    assert rc == 125, line
+    assert line.startswith("f_compiled under SAC: cannot tell (") and why in line
+
+
+def test_alone_in_a_python_without_torch_it_cannot_tell(tmp_path):
+    """-S: this Python without its site-packages, so without torch."""
+    rc, line, _, stderr = run_alone(tmp_path, sys.executable, "-S")
+    assert rc == 125, line
+    assert "ModuleNotFoundError: No module named 'torch'" in line and "no torch" in line
+    assert "Traceback" in stderr  # Python's own report of the error stays
+
+
+def test_alone_it_refuses_options(tmp_path):
+    """Options are the judged run's; a script that ignored them would answer another question."""
+    (tmp_path / "repro.py").write_bytes(open(SCRIPT, "rb").read())
+    proc = subprocess.run([sys.executable, str(tmp_path / "repro.py"), "--markdown"], capture_output=True, text=True)
+    assert proc.returncode == 128 and proc.stdout == ""
+    assert "takes no options" in proc.stderr and "python3 -m sac_repro" in proc.stderr
+
+
+# ------------------------------------------------------------------------------ its form
+def script_text():
+    with open(SCRIPT) as fh:
+        return fh.read()
+
+
+def test_it_imports_nothing_of_the_bundle():
+    tree = ast.parse(script_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported <= {"functools", "io", "logging", "os", "sys", "traceback", "types", "torch"}, imported
+    assert "sys.path" not in script_text()
+
+
+def test_it_is_short_with_one_main_block():
+    text = script_text()
+    assert len(text.splitlines()) <= 120
+    assert text.count('if __name__ == "__main__":') == 1
+    assert text.rstrip().splitlines()[-2:] == ['if __name__ == "__main__":', "    sys.exit(answer())"]
+
+
+def test_the_reports_code_is_there_and_the_additions_are_fewer_lines():
+    """The report's lines (tests/data/report/report_code.py, as filed) in order between the
+    script's two markers, but for those marked [changed]; the lines added there are fewer than
+    the report's own (the answer comes before and after the block, not inside it)."""
+    report = open(data("report", "report_code.py")).read().splitlines()
+    text = script_text()
+    block = text[text.index("# ==== the report's code"):text.index("# ==== end of the report's code")].splitlines()[1:]
+    matcher = difflib.SequenceMatcher(None, report, block, autojunk=False)
+    kept = sum(b.size for b in matcher.get_matching_blocks())
+    dropped = [report[i] for tag, i1, i2, _, _ in matcher.get_opcodes() if tag in ("replace", "delete")
+               for i in range(i1, i2)]
+    changed = [l for l in block if "[changed]" in l]
+    assert len(dropped) == len(changed) == 6, (dropped, changed)  # device="cuda" twice, torch.cuda.nvtx four times
+    added = len(block) - kept - len(changed)
+    assert added < len(report) and added <= 15, added
+
+
+# Stands in for a crash of the torch under test in the report's SAC loop: never Python's exit 1.
+CRASH_UNDER_SAC = """import torch.utils.checkpoint as c
+real = c.checkpoint
+def checkpoint(fn, *args, context_fn=None, **kwargs):
+    if context_fn is not None:
+        raise ValueError("a stand-in crash of the torch under test")
+    return real(fn, *args, **kwargs)
+c.checkpoint = checkpoint
+"""
+
+
+@pytest.mark.release  # one more whole run: the fast tier keeps within its time
+def test_alone_a_crash_under_sac_is_cannot_tell(tmp_path):
+    (tmp_path / "crash").mkdir()
+    (tmp_path / "crash" / "sitecustomize.py").write_text(CRASH_UNDER_SAC)
+    rc, line, _, stderr = run_alone(tmp_path, env={"PYTHONPATH": str(tmp_path / "crash")})
+    assert rc == 125, line
+    assert "cannot tell (ValueError: a stand-in crash of the torch under test" in line
+    assert "Traceback" in stderr
