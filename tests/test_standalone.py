@@ -131,3 +131,16 @@ def test_alone_a_crash_under_sac_is_cannot_tell(tmp_path):
     assert rc == 125, line
     assert "cannot tell (ValueError: a stand-in crash of the torch under test" in line
     assert "Traceback" in stderr
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version, rc, says", [
+    ("2.9.1", 1, "ran eagerly: aten::mul, aten::add (pytorch/pytorch#161889 reproduces; torch 2.9.1"),
+    ("2.15.0", 0, "ran compiled code (pytorch/pytorch#161889 does not reproduce; torch 2.15.0"),
+    ("2.4.1", 125, "cannot tell (ImportError: cannot import name 'CheckpointPolicy'"),
+])
+def test_alone_on_a_release(release_python, tmp_path, version, rc, says):
+    code, line, _, _ = run_alone(tmp_path, release_python(version), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert code == rc and says in line, line
+    if version == "2.9.1":  # Dynamo logs its reason at debug level; the script keeps it, and prints no log
+        assert "Dynamo: skipping: f (reason: non-infra torch dispatch mode present" in line
