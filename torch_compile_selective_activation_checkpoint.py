@@ -1,9 +1,8 @@
-"""pytorch/pytorch#161889: a torch.compile'd f called inside selective activation checkpointing (SAC)
-runs eagerly on torch 2.5 to 2.9 (no Inductor kernels); fixed in 2.10.0. The report's code, its edits
-marked, then its answer from what ran under SAC and in a control call without SAC (torch.profiler):
-exit 0 compiled under SAC, 1 eager or refused by Dynamo there (reproduced), 125 cannot tell."""
-import io, logging, os, sys, traceback, types  # [added] the answer comes first: an error below gets one too
-
+"""pytorch/pytorch#161889: a torch.compile'd f called inside selective activation checkpointing (SAC) runs
+eagerly on torch 2.5 to 2.9 (no Inductor kernels); fixed in 2.10.0. The report's code, its edits marked, then its
+answer from what ran under SAC and in a control call without SAC (torch.profiler): exit 0 compiled under SAC,
+1 eager or refused by Dynamo there (reproduced), 125 cannot tell on this build."""
+import io, logging, os, re, sys, traceback, types  # [added] the answer comes first: an error below gets one too
 dynamo_log = io.StringIO()  # Dynamo gives its reason for skipping a frame at debug level only
 logging.getLogger("torch._dynamo.convert_frame").addHandler(logging.StreamHandler(dynamo_log))
 logging.getLogger("torch._dynamo.convert_frame").setLevel(logging.DEBUG)
@@ -14,26 +13,27 @@ def answer(error=None):  # prints one line; returns 0 (not reproduced), 1 (repro
     on = "torch %s, git %.8s" % (torch.__version__, torch.version.git_version) if torch else "no torch"
     cannot_tell = lambda why: print("f_compiled under SAC: cannot tell (%s; %s)" % (why, on)) or 125
     if error is not None and not ("found no compiled frames" in str(error) and any(  # Dynamo's refusal under SAC
-            frame.f_code.co_name == "checkpoint_fn_with_context" for frame, _ in traceback.walk_tb(error.__traceback__))):
+            fr.f_code.co_name == "checkpoint_fn_with_context" for fr, _ in traceback.walk_tb(error.__traceback__))):
         return cannot_tell("%s: %.200s" % (type(error).__name__, " ".join(str(error).split())))
-
     def ran(call):  # (compiled code ran: Dynamo's or AOTAutograd's region, f's own eager ops ran)
         with torch.profiler.profile() as prof:
             call()
         names = {e.name for e in prof.events()}
-        return any(n.startswith(("Torch-Compiled Region", "CompiledFunction")) for n in names), {"aten::mul", "aten::add"} <= names
+        compiled = any(n.startswith(("Torch-Compiled Region", "CompiledFunction")) for n in names)
+        return compiled, {"aten::mul", "aten::add"} <= names
 
+    # The control: f compiled afresh, as a skip under SAC sticks to f's code object; its first call compiles.
     f_control = torch.compile(types.FunctionType(f.__code__.replace(), globals()), fullgraph=True, dynamic=True)
-    checkpoint_fn_without_context(f_control, x, y)  # a fresh code object: a skip under SAC sticks to f's
     if not ran(lambda: checkpoint_fn_without_context(f_control, x, y))[0]:
         return cannot_tell("the control, without SAC, ran no compiled code")
     compiled, eager = (False, True) if error else ran(lambda: checkpoint_fn_with_context(f_compiled, x, y))
     if compiled == eager:
         return cannot_tell("compiled code ran: %s, aten::mul and aten::add ran: %s" % (compiled, eager))
-    why = [l.strip() for l in str(error or dynamo_log.getvalue()).splitlines() if l.strip().startswith(("- f (", "skipping: f ("))]
+    said = re.findall(r"^\s*(?:- f \(.*:\d+\): (.*)|skipping: f \(reason: (.*?), file: .*)$",
+                      str(error or dynamo_log.getvalue()), re.M)  # 2.12+: the error; before: the log
     print("f_compiled under SAC: ran %s (pytorch/pytorch#161889 %s; %s)%s" % (
         "compiled code" if compiled else "no compiled code" if error else "eagerly: aten::mul, aten::add",
-        "does not reproduce" if compiled else "reproduces", on, "; Dynamo: " + why[0] if why else ""))
+        "does not reproduce" if compiled else "reproduces", on, "; Dynamo skipped f: %s%s" % said[0] if said else ""))
     return 0 if compiled else 1
 
 def answer_error(kind, error, tb):  # never Python's exit 1 for an error: 1 reads as "reproduces"
@@ -46,8 +46,9 @@ def answer_error(kind, error, tb):  # never Python's exit 1 for an error: 1 read
         os._exit(sys.stdout.flush() or code)
 
 sys.excepthook = answer_error
-if sys.argv[1:]:  # 128: a usage error aborts a bisect
-    sys.exit(print("this script takes no options; the judged run does: python3 -m sac_repro --help", file=sys.stderr) or 128)
+if sys.argv[1:]:  # a usage error: 128 aborts a bisect
+    print("this script takes no options; the judged run does: python3 -m sac_repro --help", file=sys.stderr)
+    sys.exit(128)
 # ==== the report's code (pytorch/pytorch#161889) ====
 import functools
 
@@ -56,7 +57,7 @@ from torch.utils.checkpoint import checkpoint, CheckpointPolicy, create_selectiv
 
 # [added] The report hard-codes device="cuda". A CPU-only torch has no NVTX: there it does nothing.
 device = "cuda" if torch.cuda.is_available() else "cpu"
-nvtx = torch.cuda.nvtx if torch.version.cuda else types.SimpleNamespace(range_push=lambda msg: None, range_pop=lambda: None)
+nvtx = torch.cuda.nvtx if torch.version.cuda else types.SimpleNamespace(range_push=lambda m: 0, range_pop=lambda: 0)
 
 # Define which operations to save during checkpointing
 ops_to_save = [
@@ -94,8 +95,7 @@ y = torch.ones(12, 10, device=device, requires_grad=True)  # [changed] device="c
 # Compile the function
 f_compiled = torch.compile(f, fullgraph=True, dynamic=True)
 
-# [added] Compile before any call under SAC (on affected torch a skip under SAC sticks to f), then open
-# the range that `nsys --capture-range=cudaProfilerApi` waits for: as filed, nsys captures nothing.
+# [added] Compile before any call under SAC (a skip there sticks to f); open the range nsys --capture-range waits for.
 checkpoint_fn_without_context(f_compiled, x, y)
 if device == "cuda":
     torch.cuda.profiler.start()
