@@ -200,7 +200,7 @@ def test_every_transcript_names_a_commit_of_this_history():
     folder = os.path.join(ROOT, "docs", "transcripts")
     blocks = open(EXPECTED_OUTPUT).read().split("\n## ")[1:] + [
         open(os.path.join(folder, f)).read() for f in sorted(os.listdir(folder)) if f != "README.md"]
-    assert len(blocks) >= 30
+    assert len(blocks) >= 20
     for block in blocks:
         m = re.search(r"bundle commit ([0-9a-f]{7,40})", block)
         assert m, "no bundle commit named under: " + block.splitlines()[0]
