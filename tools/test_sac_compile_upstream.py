@@ -76,6 +76,8 @@ def _save_compiled_region_policy(ctx, op, *args, **kwargs):
 
 
 def _matmuls_computed(prof, device):
+    # A deliberate copy of sac_repro/measure.py's backward_matmuls, in PyTorch's test idiom: this
+    # block is pasted into PyTorch's test file and must not import the bundle.
     # On CUDA a matmul served from SAC's cache launches no kernel. On the CPU, an aten::mm
     # that a dispatch mode intercepts wraps the one that computes, and one served from
     # SAC's cache only detaches the saved output.

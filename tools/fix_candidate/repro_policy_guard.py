@@ -32,7 +32,8 @@ def compile_sac(ops):
 
 def backward_matmuls(fn):
     """aten::mm calls in one backward, after a step that compiles (aot_eager runs ATen ops, so
-    each matmul of the compiled backward is one aten::mm event)."""
+    each matmul of the compiled backward is one aten::mm event). Simpler than measure.py's count on
+    purpose: this probe runs alone, with aot_eager only."""
     x, w = torch.randn(16, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
     fn(x, w).sum().backward()
     loss = fn(x, w).sum()
