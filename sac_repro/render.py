@@ -176,8 +176,10 @@ def actual(report):
 
 def policy_section(report):
     """The policy's finding, apart from the bug: only where the compiled f ran under SAC."""
+    if report["verdict"] == "cannot_test":  # before any scenario, there may be none to read
+        return []
     case, policy = report["scenarios"][CASE], report["policy"]
-    if report["verdict"] == "cannot_test" or case["eager_calls"] or not policy_lines(policy):
+    if case["eager_calls"] or not policy_lines(policy):
         return []
     ignored = policy.get("with_context_matmul_recomputed_in_backward")
     heading = POLICY_HEADING if ignored else "#### The SAC policy under `sac(compile(f))`"

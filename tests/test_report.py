@@ -210,3 +210,21 @@ def test_every_transcript_names_a_commit_of_this_history():
             rc = subprocess.run(["git", "-C", ROOT, "merge-base", "--is-ancestor", m.group(1), "HEAD"],
                                 capture_output=True).returncode
             assert rc == 0, "%s names %s, not a commit of this history" % (block.splitlines()[0], m.group(1))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("raw", [
+    {"status": "cannot_test", "reason": "torch failed to import: No module named 'torch'"},
+    {"status": "cannot_test", "reason": "--device cuda was asked for, but this torch sees no CUDA device",
+     "env": {"torch": "2.13.0+cpu", "device": "cuda (not available)"}},
+    {"status": "cannot_test", "reason": "torch 2.4.1 lacks the public SAC API", "env": {"torch": "2.4.1"}},
+], ids=["no-torch", "no-cuda", "no-sac-api"])
+def test_a_paste_of_a_build_that_cannot_be_tested_says_so(raw):
+    """A cannot-test result from before any scenario ran: the paste says 125 and why. It crashed
+    with KeyError 'with_context' (an internal error, 128: a bisect aborted where it should skip)."""
+    report = verdict.report_from_child(raw, "regression", False)
+    markdown = render.render_markdown(report, "python3 -m sac_repro --markdown", SCRIPT, None)
+    lines = markdown.splitlines()
+    assert lines[2] == "**This build cannot show pytorch/pytorch#161889**: %s." % raw["reason"]
+    assert "- **Verdict:** `cannot_test` (exit 125)" in lines
+    assert "#### " not in markdown  # no policy heading: nothing compiled to speak of
