@@ -17,7 +17,7 @@ import traceback
 
 from . import outputs, plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
-from .exits import (codes_help, end_group, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
+from .exits import (codes_help, end_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
                     OutputError, raised_by_this_bundle, UsageError)
 from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_policy_markdown, render_text, rerun_command
 from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, LOOP_RANGE, LOOPS, report_from_child, report_from_loops
@@ -358,6 +358,9 @@ def run_child(script_path, args):
                     "crashed: killed by %s" % signal_name(-rc)}, text
         with open(out_path) as fh:
             content = fh.read()
+        if not content and rc == EXIT_ABORT:  # only our own guard ends the child so: never a skip
+            said = [l for l in text.splitlines() if l.strip() and not l.startswith(PROGRESS)]
+            raise RuntimeError("the measured child aborted: %s" % (said[-1] if said else "no word said"))
         if not content:
             return {"status": "cannot_test", "show_log": True, "reason": "the torch under test "
                     "exited with code %d before giving a result" % rc}, text

@@ -411,3 +411,24 @@ def test_an_output_through_a_symlink_replaces_the_file_it_names(tmp_path):
     (tmp_path / "link.json").symlink_to("real.json")
     outputs.write_text(str(tmp_path / "link.json"), "new", "--json")
     assert (tmp_path / "link.json").is_symlink() and (tmp_path / "real.json").read_text() == "new"
+
+
+def test_the_childs_own_abort_is_ours_not_a_skip(tmp_path, monkeypatch):
+    """The measured child ends with 128 and no result only through this bundle's own guard (a
+    bug of ours, or a write of its result that failed, as on a full TMPDIR): that aborts a bisect
+    (128). It was read as "the torch under test exited with code 128", a 125 that skips."""
+    child = tmp_path / "child.py"
+    child.write_text("import sys\nprint('internal error (a bug in this bundle, not a verdict): OSError: "
+                     "[Errno 28] No space left on device', file=sys.stderr)\nsys.exit(128)\n")
+    monkeypatch.setattr(cli, "ENTRY", str(child))
+    rc, stdout, stderr = judge("--device", "cpu")
+    assert rc == 128 and stdout == "", (rc, stdout, stderr)
+    assert "internal error" in stderr and "No space left on device" in stderr
+
+
+def test_a_child_that_exits_otherwise_without_a_result_is_cannot_test(tmp_path, monkeypatch):
+    child = tmp_path / "child.py"
+    child.write_text("import os\nos._exit(3)\n")  # as torch's native code might
+    monkeypatch.setattr(cli, "ENTRY", str(child))
+    rc, stdout, _ = judge("--device", "cpu")
+    assert rc == 125 and "exited with code 3 before giving a result" in stdout, stdout
