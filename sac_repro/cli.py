@@ -17,7 +17,7 @@ import traceback
 
 from . import outputs, plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
-from .exits import (codes_help, end_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
+from .exits import (codes_help, dies_with_parent, end_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
                     OutputError, raised_by_this_bundle, UsageError)
 from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_policy_markdown, render_text, rerun_command
 from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, LOOP_RANGE, LOOPS, report_from_child, report_from_loops
@@ -337,7 +337,8 @@ def run_child(script_path, args):
     log = []
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                text=True, errors="replace", start_new_session=True)
+                                text=True, errors="replace", start_new_session=True,
+                                preexec_fn=dies_with_parent())
         reader = threading.Thread(target=pass_on_progress, args=(proc.stdout, log), daemon=True)
         reader.start()
         try:

@@ -130,6 +130,23 @@ def raise_on_signals():
         signal.signal(s, handler)
 
 
+def dies_with_parent():
+    """For Popen's preexec_fn, with start_new_session: the child gets SIGTERM when its parent
+    dies, even by SIGKILL (the OOM killer, `timeout -s KILL`), which no handler of ours sees; a
+    child in a session of its own is otherwise left running. Linux only; elsewhere a no-op."""
+    parent = os.getpid()
+
+    def arm():
+        try:
+            import ctypes
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(EXIT_ABORT)
+    return arm if sys.platform.startswith("linux") else None
+
+
 def end_group(proc, grace=0):
     """Ends a child started in a session of its own, with all it started: SIGTERM first when
     there is time to clean up (`grace` seconds), then SIGKILL for whatever is left."""

@@ -82,3 +82,23 @@ def signal_mid_run(cmd, tmp_path, sig, rc, cwd=None):
     assert gone(child), "the measured child still runs"
     assert os.listdir(tmp_path / "tmp") == []
     return err
+
+
+def test_a_sigkill_to_the_judged_run_leaves_no_child(tmp_path):
+    """SIGKILL (the OOM killer, `timeout -s KILL`) reaches no handler: the measured child, in a
+    session of its own, was left running until it ended by itself. Now it dies with its parent."""
+    proc = subprocess.Popen([sys.executable, JUDGED, "--device", "cpu"], env=hanging_child_env(tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        child = wait_for(tmp_path / "child.pid", 600)
+        proc.kill()
+        proc.wait(timeout=30)
+        assert gone(child, 5), "the measured child outlived its parent's SIGKILL by 5 s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if os.path.exists(tmp_path / "child.pid"):
+            try:
+                os.kill(int(open(tmp_path / "child.pid").read()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass

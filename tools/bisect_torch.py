@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 try:
     from sac_repro import builds, caches, envs, indexes
     from sac_repro.cli import Parser, positive_float
-    from sac_repro.exits import (command_codes_help, end_group, EXIT_CANNOT_TEST, EXIT_NO_CHANGE, EXIT_OK,
+    from sac_repro.exits import (command_codes_help, dies_with_parent, end_group, EXIT_CANNOT_TEST, EXIT_NO_CHANGE, EXIT_OK,
                                  guarded, say, TERMS, Untestable, UsageError)
     from sac_repro.render import release_table_markdown
     from sac_repro.verdict import CASE, classify, CONTROL
@@ -68,7 +68,7 @@ def run_repro(python, args):
     try:
         cmd = [python, REPRO, "--device", args.device, "--timeout", repr(args.timeout), "--json", out]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=dies_with_parent())
         try:
             output, _ = proc.communicate()
         except BaseException:
