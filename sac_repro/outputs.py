@@ -4,6 +4,7 @@ write leaves the old file or none, never part of one.
 """
 import os
 import subprocess
+import sys
 import tempfile
 
 from .exits import OutputError, UsageError
@@ -103,7 +104,18 @@ def replace_atomically(path, write):
     """write(target) writes the file; target is a temporary file in path's real folder, which then
     takes path's place (os.replace), so that an interrupted or failed write leaves the old file.
     Its name keeps path's extension, from which matplotlib takes the format. A path that is no
-    regular file (/dev/stdout, a FIFO) cannot be replaced, and is written in place."""
+    regular file (a FIFO, a device) cannot be replaced, and is written in place; neither can the
+    file our stdout or stderr writes (/dev/stdout, redirected with > or >>, or a pipe): that one
+    is written through the stream, where it stands, after what the stream already holds."""
+    stream = std_stream_of(path)
+    if stream is not None:
+        with tempfile.TemporaryDirectory(prefix="sac_repro_") as folder:
+            result = write(os.path.join(folder, os.path.basename(path)))
+            with open(os.path.join(folder, os.path.basename(path)), "rb") as fh:
+                stream.flush()
+                stream.buffer.write(fh.read())
+                stream.buffer.flush()
+        return result
     real = os.path.realpath(path)
     if os.path.exists(real) and not os.path.isfile(real):
         return write(path)
@@ -121,6 +133,22 @@ def replace_atomically(path, write):
         except OSError:
             pass
         raise
+
+
+def std_stream_of(path):
+    """sys.stdout or sys.stderr where path is the very file it writes, else None."""
+    try:
+        named = os.stat(path)
+    except OSError:
+        return None
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            own = os.fstat(stream.fileno())
+        except (AttributeError, OSError, ValueError):  # closed, or no file (a test's StringIO)
+            continue
+        if (named.st_dev, named.st_ino) == (own.st_dev, own.st_ino) and hasattr(stream, "buffer"):
+            return stream
+    return None
 
 
 def mode_of(real):

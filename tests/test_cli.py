@@ -432,3 +432,26 @@ def test_a_child_that_exits_otherwise_without_a_result_is_cannot_test(tmp_path, 
     monkeypatch.setattr(cli, "ENTRY", str(child))
     rc, stdout, _ = judge("--device", "cpu")
     assert rc == 125 and "exited with code 3 before giving a result" in stdout, stdout
+
+
+@pytest.mark.parametrize("redirect", [">", ">>"])
+def test_json_to_stdout_redirected_to_a_file_keeps_the_text_and_the_file(tmp_path, redirect):
+    """`--json /dev/stdout > out.txt`: /dev/stdout is out.txt, which was replaced by a new file of
+    the JSON alone (the text verdict lost; with >>, the earlier lines too)."""
+    out = tmp_path / "out.txt"
+    out.write_text("an earlier line\n")
+    proc = subprocess.run(["bash", "-c", '"$0" "$1" --from-nsys "$2" --json /dev/stdout %s "$3"' % redirect,
+                           sys.executable, JUDGED, FIXED_CSV, str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert text.startswith("an earlier line\n") == (redirect == ">>"), text[:200]
+    assert '"verdict": "not_reproduced"' in text and "\nVERDICT: not_reproduced (exit 0)" in text, text[-500:]
+    assert os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_json_to_stdout_into_a_pipe_exits_with_the_verdict():
+    """`--json /dev/stdout | jq`: refused with 128, 'No such file or directory'."""
+    proc = subprocess.run(["bash", "-c", '"$0" "$1" --from-nsys "$2" --json /dev/stdout | cat; exit ${PIPESTATUS[0]}',
+                           sys.executable, JUDGED, REVERTED_CSV], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert '"verdict": "reproduced"' in proc.stdout and "VERDICT: reproduced (exit 1)" in proc.stdout
