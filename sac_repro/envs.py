@@ -337,7 +337,12 @@ def prune(cache, keep=None, older_than_days=None, now=None):
     now = time.time() if now is None else now
     lock(cache_lock(cache), True, "waiting for the installs under way in %s to end" % cache)
     try:
-        envs = sorted(environments(cache), key=lambda e: -e[4])
+        envs = []
+        for env in sorted(environments(cache), key=lambda e: -e[4]):
+            if env[5]:
+                envs.append(env)
+            else:  # a folder someone else put here: only what this tool built and recorded is its to remove
+                say("keeping %s: not built by bisect_torch.py (no %s in it)" % (env[0], RECORD))
         doomed = [(name, path) for i, (name, path, _, _, used, _) in enumerate(envs)
                   if (keep is not None and i >= keep) or (older_than_days is not None and now - used > older_than_days * 86400)]
         removed = [name for name, path in doomed if remove_unused(cache, name, path)]

@@ -97,6 +97,9 @@ def test_the_cache_lists_and_prunes_only_its_own_environments(tmp_path):
     outside.mkdir()
     (outside / "keep.txt").write_text("not the cache's")
     os.symlink(outside, cache / "venvs" / "a-link-out")
+    mine = cache / "venvs" / "my-venv"  # a user's own environment, put there by hand: no build record
+    (mine / "bin").mkdir(parents=True)
+    (mine / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (old,) = (cache / "venvs").glob("torch-2.10.0.dev20250906+cpu-*")
     (new,) = (cache / "venvs").glob("torch-2.10.0.dev20250907+cpu-*")
     os.utime(old / ".last-used", (time.time() - 10 * 86400,) * 2)
@@ -110,6 +113,8 @@ def test_the_cache_lists_and_prunes_only_its_own_environments(tmp_path):
     rc, out = bisect("cache", "--prune", "--keep", "0", cache=cache)
     assert rc == 0 and "removed 1 environment" in out, out
     assert (outside / "keep.txt").read_text() == "not the cache's"  # never followed out
+    assert (mine / "pyvenv.cfg").exists(), out  # only what the tool built and recorded is pruned
+    assert "keeping my-venv: not built by bisect_torch.py" in out, out
     # the store stays whole: a build removed can be installed again
     assert bisect("nightly", "2025-09-07", "--index", str(index), cache=cache)[0] == 0
     assert bisect("cache", "--prune", cache=cache)[0] == 128
