@@ -28,6 +28,7 @@ set -u
 judged=""
 trap 'rc=$?
       [ -n "${handoff:-}" ] && rm -f "$handoff"
+      [ -n "${fresh:-}" ] && rm -f "$fresh"
       case "$rc" in
         0|1) [ "$judged" = "$rc" ] || [ "$rc.${helped:-}" = 0.yes ] || { echo "run_nsys.sh: ended with $rc outside the verdict (a bug here, not a verdict)" >&2; exit 128; } ;;
         125|128|129|130|131|143) ;;
@@ -211,12 +212,15 @@ elif command -v ncu >/dev/null 2>&1; then
   # --profile-from-start off honours the script's cudaProfilerStart/Stop, as the nsys capture range does;
   # one cheap metric instead of ncu's default sections keeps the replay short.
   echo "+ ncu --nvtx --print-summary per-nvtx --profile-from-start off --metrics gpu__time_duration.sum $py $engine --loops-only --_env $handoff ${capture[*]+${capture[*]}}" >&2
-  # The shell empties $name.ncu.txt before ncu starts: what it holds afterwards is this capture's.
-  : > "$name.ncu.txt" || die "cannot write $name.ncu.txt"
-  run_bg sh -c 'exec "$@" > "$0"' "$name.ncu.txt" ncu --nvtx --print-summary per-nvtx --profile-from-start off \
+  # ncu writes a new file beside $name.ncu.txt (a short name: $name may be as long as a name may
+  # be), which takes its place only once it holds a summary: a failed capture leaves the old one.
+  fresh=$(mktemp "$(dirname "$name")/.ncu.XXXXXX") || die "cannot write in the folder of $name.ncu.txt"
+  run_bg sh -c 'exec "$@" > "$0"' "$fresh" ncu --nvtx --print-summary per-nvtx --profile-from-start off \
     --metrics gpu__time_duration.sum "$py" "$engine" --loops-only --_env "$handoff" ${capture[@]+"${capture[@]}"}
   [ $rc -eq 125 ] && { note "the capture run says cannot_test (exit 125): not judged"; exit 125; }
-  [ -s "$name.ncu.txt" ] || { echo "cannot_test: ncu wrote nothing (exit $rc)" >&2; exit 125; }
+  [ -s "$fresh" ] || { echo "cannot_test: ncu wrote nothing (exit $rc)" >&2; exit 125; }
+  chmod "$(printf '%o' $(( 0666 & ~0$(umask) )))" "$fresh" && mv -f "$fresh" "$name.ncu.txt" || die "cannot write $name.ncu.txt"
+  fresh=""
   handed
   judge --from-ncu "$name.ncu.txt" ${handed[@]+"${handed[@]}"} ${judge_opts[@]+"${judge_opts[@]}"}
 else

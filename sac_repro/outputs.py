@@ -120,7 +120,8 @@ def replace_atomically(path, write):
     if os.path.exists(real) and not os.path.isfile(real):
         return write(path)
     folder, name = os.path.split(real)
-    fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp" + os.path.splitext(name)[1], dir=folder)
+    # a short name, whatever path's length: a name may be as long as the folder allows
+    fd, tmp = tempfile.mkstemp(prefix=".sac_repro.", suffix=".tmp" + os.path.splitext(name)[1][:16], dir=folder)
     os.close(fd)
     try:
         os.chmod(tmp, mode_of(real))

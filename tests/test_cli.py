@@ -455,3 +455,17 @@ def test_json_to_stdout_into_a_pipe_exits_with_the_verdict():
                            sys.executable, JUDGED, REVERTED_CSV], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
     assert '"verdict": "reproduced"' in proc.stdout and "VERDICT: reproduced (exit 1)" in proc.stdout
+
+
+@pytest.mark.parametrize("option, ext", [("--json", ".json"), ("--plot", ".png")])
+def test_an_output_under_the_longest_legal_name_is_written(tmp_path, option, ext, request, monkeypatch):
+    """A name of 255 characters is legal; the temporary file it was written through was longer,
+    and the write failed after the work."""
+    if option == "--plot":
+        pytest.importorskip("matplotlib")
+        for k, v in request.getfixturevalue("matplotlib_config").items():
+            monkeypatch.setenv(k, v)
+    out = tmp_path / ("r" * (255 - len(ext)) + ext)
+    rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, option, str(out))
+    assert rc == 0, stderr
+    assert out.stat().st_size > 0 and os.listdir(tmp_path) == [out.name]

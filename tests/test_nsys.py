@@ -134,7 +134,7 @@ def system_tools(tmp_path):
     if not folder.exists():
         folder.mkdir()
         for tool in ("bash", "sh", "sed", "awk", "grep", "head", "cat", "dirname", "stat", "mktemp", "rm", "touch",
-                     "readlink", "setsid", "sleep"):
+                     "readlink", "setsid", "sleep", "chmod", "mv"):
             found = shutil.which(tool)
             if found:
                 os.symlink(found, folder / tool)
@@ -674,3 +674,26 @@ def test_the_hand_off_is_never_written_over_a_file_of_the_bundle_or_the_judges_o
     out = tmp_path / "out.json"
     rc, _, stderr = judge("--from-nsys", REVERTED_CSV, "--json", out, "--_env", out)
     assert rc == 128 and "the capture run's hand-off" in stderr and not out.exists()
+
+
+@pytest.mark.parametrize("ncu", ['#!/bin/bash\necho "ncu $*" >> "$FAKE_LOG"\n',  # writes nothing
+                                 FAKE_NCU + 'exit 125\n'],  # the capture run could not test
+                         ids=["ncu-wrote-nothing", "capture-cannot-test"])
+def test_a_failed_ncu_capture_leaves_the_earlier_summary(fake_tools, ncu):
+    """The ncu fallback emptied NAME.ncu.txt before ncu started, and left it empty when ncu failed."""
+    fake_tools.install("ncu", ncu)
+    earlier = fake_tools.tmp / "mine.ncu.txt"
+    earlier.write_text("an earlier summary\n")
+    got, stdout, stderr, _ = fake_tools("-o", "mine", FAKE_NCU_OUT=data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"))
+    assert got == 125, stdout + stderr
+    assert earlier.read_text() == "an earlier summary\n"
+    assert not [p for p in os.listdir(fake_tools.tmp) if p.startswith(".") or p.endswith(".tmp")]
+
+
+def test_an_ncu_capture_under_the_longest_legal_name(fake_tools):
+    """A 250-character name: the temporary file it is written through must fit the same folder."""
+    fake_tools.install("ncu", FAKE_NCU)
+    name = "n" * (255 - len(".ncu.txt"))
+    got, stdout, stderr, _ = fake_tools("-o", name, FAKE_NCU_OUT=data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"))
+    assert got == 0, stdout + stderr
+    assert (fake_tools.tmp / (name + ".ncu.txt")).stat().st_size > 0
