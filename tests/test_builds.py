@@ -310,6 +310,7 @@ def test_a_prune_keeps_the_most_recently_used_and_the_downloads_under_way(tmp_pa
     for name, days_ago in (("torch-a-new", 0), ("torch-b-old", 10)):
         (cache / "venvs" / name).mkdir(parents=True)
         (cache / "venvs" / name / envs.LAST_USED).write_text("")
+        (cache / "venvs" / name / envs.RECORD).write_text('{"sha256": "%s"}' % name)  # the tool built it
         os.utime(cache / "venvs" / name / envs.LAST_USED, (time.time() - days_ago * 86400,) * 2)
     gone = subprocess.Popen(["true"])
     gone.wait()

@@ -697,3 +697,15 @@ def test_an_ncu_capture_under_the_longest_legal_name(fake_tools):
     got, stdout, stderr, _ = fake_tools("-o", name, FAKE_NCU_OUT=data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"))
     assert got == 0, stdout + stderr
     assert (fake_tools.tmp / (name + ".ncu.txt")).stat().st_size > 0
+
+
+def test_the_ncu_fallback_passes_the_judges_options_on(fake_tools):
+    """--hunt-fix, --json and --markdown reach the judge of an ncu capture as they do nsys's."""
+    fake_tools.install("ncu", FAKE_NCU)
+    out = fake_tools.tmp / "verdict.json"
+    got, stdout, stderr, _ = fake_tools("--", "--hunt-fix", "--json", str(out), "--markdown",
+                                        FAKE_NCU_OUT=data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"))
+    assert got == 1, stdout + stderr  # fixed, hunting the fix: the new term
+    assert json.loads(out.read_text())["verdict"] == "not_reproduced"
+    assert stdout.startswith("### ") and "ncu" in stdout
+    assert "--hunt-fix" in stdout  # the paste's command reruns it so
