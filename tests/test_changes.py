@@ -99,3 +99,19 @@ def test_one_finding_per_heading(fixed_run, reverted_run):
                                         "compiled code under SAC in 3 of 3 calls (Dynamo skipped it and, with "
                                         "fullgraph=True, raised).")
     assert "second finding" not in reverted
+
+
+def test_a_revert_of_one_mode_of_two_is_a_revert():
+    """Either mode answering False brings the skip back: the fix is undone."""
+    one = READ + ("torch.utils.checkpoint._CachedTorchDispatchMode.ignore_compile_internals = classmethod(lambda cls: False)\n"
+                  "print(repr([c['label'] for c in torch_changes(torch)]))")
+    assert run_python(one) == [changes.REVERTED]
+
+
+def test_a_folder_named_like_torchs_is_not_torch(tmp_path):
+    """A patch in site-packages/torch_patches/ is not torch's own code."""
+    torch_dir = tmp_path / "site-packages" / "torch"
+    (torch_dir / "utils").mkdir(parents=True)
+    (tmp_path / "site-packages" / "torch_patches").mkdir()
+    assert changes.inside(str(torch_dir / "utils" / "checkpoint.py"), str(torch_dir))
+    assert not changes.inside(str(tmp_path / "site-packages" / "torch_patches" / "p.py"), str(torch_dir))
