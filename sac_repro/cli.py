@@ -19,7 +19,7 @@ from . import outputs, plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from .exits import (codes_help, dies_with_parent, end_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
                     OutputError, raised_by_this_bundle, UsageError)
-from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_policy_markdown, render_text, rerun_command
+from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_policy_markdown, render_text, rerun_command, rerun_env
 from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
 
@@ -177,6 +177,9 @@ def run(script_path, argv):
         if args.loops_only:
             return loops_only_exit(raw, args.env_file, argv)
         report = report_from_child(raw, args.terms, args.strict_policy)
+    # What reruns it: a judge of a capture file alone reruns on the file, whatever its environment.
+    report["rerun_env"] = rerun_env(os.environ, through_run_nsys=bool(capture_run)) \
+        if capture_run or (args.from_nsys is None and args.from_ncu is None) else {}
     if args.plot:
         draw(report, args)
     # in the order printed: scenarios as the table lists them

@@ -44,16 +44,35 @@ def changes_said(changes):
 DEFAULT_CAPTURE = "torch_compile_selective_activation_checkpoint"
 
 
+# The variables of the run's environment that change what runs: torch's, Dynamo's and Inductor's
+# switches (TORCHDYNAMO_DISABLE, TORCH_COMPILE_DISABLE, TORCH_LOGS, ...), the candidate's mode,
+# the GPUs torch sees, and where Python finds modules (a revert, the candidate, anyone's patch).
+RERUN_VARIABLES = re.compile(r"TORCH.*|PYTORCH_.*|SAC_FIX_CANDIDATE|CUDA_VISIBLE_DEVICES|PYTHONPATH")
+
+
+def rerun_env(environ, through_run_nsys=False):
+    """What of environ the rerun command must carry (cli.py records it in the report)."""
+    env = {k: v for k, v in environ.items() if RERUN_VARIABLES.fullmatch(k)}
+    if through_run_nsys:
+        env.pop("TORCHINDUCTOR_COMPILE_THREADS", None)  # run_nsys.sh sets it itself
+    return env
+
+
 def rerun_command(report, script_path, argv, capture_options=None):
-    """The command that reruns what ran: with the PYTHONPATH (and the variables) that loaded each
-    in-process change of torch, or a reader who reruns it tests another torch. A capture that
-    run_nsys.sh made and handed over (capture_options: its capture run's options) reruns as
-    run_nsys.sh, the judge's own options after its capture run's."""
-    prefix = []
+    """The command that reruns what ran: with the variables of its environment that change what
+    runs, and the PYTHONPATH that loaded each in-process change of torch, or a reader who reruns
+    it tests another torch. A capture that run_nsys.sh made and handed over (capture_options: its
+    capture run's options) reruns as run_nsys.sh, the judge's own options after its capture run's."""
+    env = dict(report.get("rerun_env") or {})
+    paths = [p for p in env.pop("PYTHONPATH", "").split(os.pathsep) if p]
     for c in report.get("torch_changes") or []:
-        prefix += ["%s=%s" % (k, shlex.quote(v)) for k, v in sorted(c.get("env", {}).items())]
-        if c.get("pythonpath"):
-            prefix.append("PYTHONPATH=" + shlex.quote(shown_path(c["pythonpath"])))
+        for k, v in (c.get("env") or {}).items():
+            env.setdefault(k, v)
+        folder = c.get("pythonpath")
+        if folder and not any(os.path.realpath(p) == os.path.realpath(folder) for p in paths):
+            paths.insert(0, folder)
+    prefix = ["PYTHONPATH=" + shlex.quote(os.pathsep.join(shown_path(os.path.abspath(p)) for p in paths))] if paths else []
+    prefix += ["%s=%s" % (k, shlex.quote(v)) for k, v in sorted(env.items())]
     shown, report_file, given = [], None, iter(argv)
     for a in given:  # run_nsys.sh's hand-off file (cli.py's --_env) is gone once it has judged
         if a == "--_env":
@@ -72,6 +91,20 @@ def rerun_command(report, script_path, argv, capture_options=None):
     named = [] if name in ("", DEFAULT_CAPTURE) else ["-o", shlex.quote(name)]
     rest = [shlex.quote(a) for a in capture_options + shown]
     return " ".join(prefix + ["./run_nsys.sh"] + named + (["--"] + rest if rest else []))
+
+
+def rerun_gaps(report):
+    """The in-process changes that the rerun command cannot load again by itself: made by a file
+    that PYTHONPATH does not load (a sitecustomize elsewhere, a .pth), or by code no file names."""
+    return ["%s (%s)" % (c["label"], "made by %s, which the command does not load" % c["file"] if c.get("file")
+                          else "made by code this run could not place")
+            for c in report.get("torch_changes") or [] if not c.get("pythonpath")]
+
+
+def command_line(report, command):
+    """'Command: `...`', and what it cannot rerun, for a paste."""
+    gaps = rerun_gaps(report)
+    return "Command: `%s`%s" % (command, "; it does not rerun: %s" % "; ".join(gaps) if gaps else "")
 
 
 def dynamo_lines(report):
@@ -239,7 +272,7 @@ def versions_details(env, collect_env):
 
 def render_markdown(report, command, script_path, collect_env):
     out = ["### torch.compile'd function called inside selective activation checkpointing (pytorch/pytorch#161889)",
-           "", headline(report), "", "%s. Command: `%s`" % (torch_line(report), command), "",
+           "", headline(report), "", "%s. %s" % (torch_line(report), command_line(report, command)), "",
            "- **Expected:** %s." % EXPECTED,
            "- **Actual:** %s." % actual(report),
            "- **Verdict:** `%s` (exit %d)" % (report["verdict"], report["exit_code"]), ""]
@@ -275,7 +308,7 @@ def render_policy_markdown(report, command, collect_env, bench=None):
     function, from this run's evidence (and the bench's cost, when its JSON is given)."""
     out = ["### Selective activation checkpointing around a `torch.compile`d function: the policy never "
            "sees the function's ops (follow-up to pytorch/pytorch#161889)", "",
-           "%s. Command: `%s`" % (torch_line(report), command), ""]
+           "%s. %s" % (torch_line(report), command_line(report, command)), ""]
     case = report["scenarios"].get(CASE, {})
     if report["verdict"] == "cannot_test" or case.get("eager_calls") or not case.get("calls"):
         why = ("the compiled f %s under SAC in %d of %d calls: that is pytorch/pytorch#161889 "

@@ -3,8 +3,11 @@
 report, whole (measure.DynamoSkips). On torch 2.13 (this environment's), as shipped and reverted."""
 import os
 import re
+import shlex
 import subprocess
 import sys
+
+import pytest
 
 from conftest import FIXED_COMMAND, REVERTED_COMMAND, ROOT
 from sac_repro import changes, plot
@@ -115,3 +118,59 @@ def test_a_folder_named_like_torchs_is_not_torch(tmp_path):
     (tmp_path / "site-packages" / "torch_patches").mkdir()
     assert changes.inside(str(torch_dir / "utils" / "checkpoint.py"), str(torch_dir))
     assert not changes.inside(str(tmp_path / "site-packages" / "torch_patches" / "p.py"), str(torch_dir))
+
+
+# ------------------------------------------------------------------ the Command that reruns it
+def rerun(environ, changed=(), argv=("--markdown",)):
+    from sac_repro import render
+    report = {"rerun_env": render.rerun_env(environ), "torch_changes": list(changed)}
+    return render.rerun_command(report, None, list(argv)), render.command_line(report, "x")
+
+
+def test_the_command_carries_the_switches_of_torch_and_the_candidate():
+    """SAC_FIX_CANDIDATE=warn, TORCHDYNAMO_DISABLE=1, TORCH_COMPILE_DISABLE=1 were dropped: the
+    Command, run as printed, gave another answer."""
+    environ = {"SAC_FIX_CANDIDATE": "warn", "TORCHDYNAMO_DISABLE": "1", "TORCH_COMPILE_DISABLE": "1",
+               "TORCH_LOGS": "+dynamo", "HOME": "/root", "PATH": "/usr/bin", "PYTHONPATH": os.path.join(ROOT, "tools", "fix_candidate")}
+    command, line = rerun(environ)
+    assert command == ("PYTHONPATH=tools/fix_candidate SAC_FIX_CANDIDATE=warn TORCHDYNAMO_DISABLE=1 "
+                       "TORCH_COMPILE_DISABLE=1 TORCH_LOGS=+dynamo python3 -m sac_repro --markdown")
+    assert "does not rerun" not in line
+
+
+def test_the_command_keeps_the_pythonpath_that_loaded_a_change_and_names_what_it_cannot_load(tmp_path):
+    """A revert by a module that the user's own sitecustomize imports: PYTHONPATH carried whole; a
+    change made by a file off PYTHONPATH (a .pth in site-packages) is said not to rerun."""
+    mine = str(tmp_path / "my site")
+    revert = {"label": changes.REVERTED, "file": os.path.join(mine, "undo.py"), "pythonpath": None, "env": {}}
+    command, line = rerun({"PYTHONPATH": mine}, [revert])
+    assert command == "PYTHONPATH=%s python3 -m sac_repro --markdown" % shlex.quote(mine)
+    assert line.endswith("; it does not rerun: the 2.10 fix reverted in-process (made by %s, which the command "
+                         "does not load)" % revert["file"])
+    loaded = {"label": changes.REVERTED, "file": os.path.join(REVERT, "sitecustomize.py"), "pythonpath": REVERT, "env": {}}
+    command, line = rerun({}, [loaded])  # PYTHONPATH gone from the environment, the change still read
+    assert command == "PYTHONPATH=tools/revert_fix python3 -m sac_repro --markdown" and "does not rerun" not in line
+
+
+def run_in_bundle(command, env):
+    proc = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return proc.returncode, proc.stdout
+
+
+@pytest.mark.parametrize("environ", [
+    {"TORCHDYNAMO_DISABLE": "1"},
+    pytest.param({"TORCH_COMPILE_DISABLE": "1"}, marks=pytest.mark.release),
+    pytest.param({"SAC_FIX_CANDIDATE": "warn", "PYTHONPATH": "tools/fix_candidate"}, marks=pytest.mark.release),
+    pytest.param({"PYTHONPATH": "tools/revert_fix"}, marks=pytest.mark.release),
+], ids=["dynamo-disabled", "compile-disabled", "candidate-warn", "reverted"])
+def test_the_pastes_command_run_as_printed_gives_the_same_answer(environ):
+    """From a shell with none of the run's variables: the Command alone must bring them back."""
+    clean = {k: v for k, v in os.environ.items() if not re.fullmatch(r"TORCH.*|PYTORCH_.*|SAC_FIX_CANDIDATE|PYTHONPATH", k)}
+    clean["PATH"] = os.path.dirname(sys.executable) + os.pathsep + clean["PATH"]
+    rc, paste = run_in_bundle("python3 -m sac_repro --device cpu --markdown", dict(clean, **environ))
+    command = command_of(paste)
+    assert "does not rerun" not in paste.splitlines()[4]
+    again, paste_again = run_in_bundle(command, clean)
+    assert (again, command_of(paste_again)) == (rc, command)
+    verdict = [l for l in paste.splitlines() if l.startswith(("- **Verdict:**", "policy (MUST_SAVE"))]
+    assert verdict == [l for l in paste_again.splitlines() if l.startswith(("- **Verdict:**", "policy (MUST_SAVE"))]
