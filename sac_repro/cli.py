@@ -18,7 +18,7 @@ import traceback
 from . import outputs, plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from .exits import (codes_help, dies_with_parent, end_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
-                    OutputError, raised_by_this_bundle, UsageError)
+                    OutputError, raised_by_this_bundle, say_error, UsageError)
 from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_policy_markdown, render_text, rerun_command, rerun_env
 from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
@@ -136,6 +136,14 @@ def check_paths(args):
     if args.policy_report and (args.from_nsys is not None or args.from_ncu is not None):
         raise UsageError("--policy-report needs a backward, and a capture of the report's loops holds none: "
                          "run the script itself")
+    if args.loops_only:  # it runs the loops for a profiler, and judges nothing: these would be ignored
+        given = [o for o, v in (("--json", args.json), ("--plot", args.plot), ("--markdown", args.markdown),
+                                ("--hunt-fix", args.hunt_fix), ("--strict-policy", args.strict_policy),
+                                ("--policy-report", args.policy_report)) if v]
+        if given:
+            raise UsageError("--loops-only gives no verdict, so %s would be ignored: give %s to the judge of "
+                             "its capture (--from-nsys or --from-ncu, or run_nsys.sh -- OPTIONS)"
+                             % (", ".join(given), "it" if len(given) == 1 else "them"))
     if args.bench_json is not None and not args.policy_report:
         raise UsageError("--bench-json goes with --policy-report")
     if args.bench_json is not None:
@@ -191,6 +199,9 @@ def run(script_path, argv):
         outputs.write_text(args.json, as_json + "\n", "--json")
     command = rerun_command(report, script_path, argv, capture_run and capture_run.get("capture_options"))
     if args.policy_report:
+        if args.markdown:
+            say_error("note: --policy-report prints the policy report alone (markdown); --markdown's report "
+                      "of #161889 is a run without --policy-report")
         emit(render_policy_markdown(report, command, collect_env() if report["env"].get("torch") else None,
                                     getattr(args, "bench", None)))
     elif args.markdown:

@@ -1,10 +1,11 @@
 """The verdict and its evidence as text (the default), and as markdown to paste into a GitHub
-issue: the report's code as run, expected and actual, the evidence, then collect_env.
+issue: the headline, expected and actual, the evidence, the script file that ran, then collect_env.
 """
 import os
 import re
 import shlex
 
+from .changes import REVERTED
 from .verdict import abridge, B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, not_compiled, WORKAROUND, WRAPPED
 
 PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
@@ -187,6 +188,9 @@ def headline(report):
     if report["verdict"] == "cannot_test":
         return "**This build cannot show pytorch/pytorch#161889**: %s." % report["reason"]
     case = report["scenarios"][CASE]
+    if report["verdict"] == "reproduced" and not case["eager_calls"]:  # --strict-policy's reading
+        return "**This run reproduces, as `--strict-policy` reads it**: %s." % report["reason"].replace(
+            "--strict-policy: ", "", 1)
     if case["eager_calls"]:
         return "**This run reproduces pytorch/pytorch#161889**: the compiled f %s under SAC in %d of %d calls%s." % (
             not_compiled(case), case["eager_calls"], len(case["calls"]),
@@ -257,8 +261,9 @@ def render_text(report):
 
 def torch_line(report):
     env = report["env"]
-    if not env.get("torch"):
-        return report["source"]
+    if not env.get("torch"):  # a capture judged from its file alone
+        return "%s (the torch that made it, and any in-process change of it, are unknown: judged " \
+               "from the file alone)" % report["source"]
     changed = report.get("torch_changes")
     return "torch %s (git %s) on %s%s" % (env.get("torch"), (env.get("torch_git") or "?")[:12],
                                          env.get("gpu") or env.get("device"),
@@ -311,14 +316,24 @@ def render_policy_markdown(report, command, collect_env, bench=None):
            "%s. %s" % (torch_line(report), command_line(report, command)), ""]
     case = report["scenarios"].get(CASE, {})
     if report["verdict"] == "cannot_test" or case.get("eager_calls") or not case.get("calls"):
-        why = ("the compiled f %s under SAC in %d of %d calls: that is pytorch/pytorch#161889 "
-               "itself, fixed in 2.10%s"
-               % (not_compiled(case), case.get("eager_calls", 0), len(case.get("calls", [])),
-                  "" if case.get("refused_calls") else ". SAC then sees f's own ops, and the policy applies to them")
-               if case.get("eager_calls")
-               else "this build could not be tested: " + report["reason"])
-        out += ["This part cannot be shown on this torch: %s. Run it on torch 2.10 or later." % why, ""]
+        reverted = [c for c in report.get("torch_changes") or [] if c["label"] == REVERTED]
+        if report["verdict"] != "cannot_test" and case.get("eager_calls"):
+            why = "the compiled f %s under SAC in %d of %d calls: that is pytorch/pytorch#161889 itself%s%s" % (
+                not_compiled(case), case["eager_calls"], len(case.get("calls", [])),
+                ", brought back here by %s" % changes_said(reverted) if reverted else ", fixed in 2.10",
+                "" if case.get("refused_calls") else ". SAC then sees f's own ops, and the policy applies to them")
+            advice = "Run it without the in-process revert" if reverted else "Run it on torch 2.10 or later"
+        else:
+            why, advice = "this build could not be tested: " + report["reason"], "Run it where this build can be tested"
+        out += ["This part cannot be shown on this build: %s. %s." % (why, advice), ""]
         return "\n".join(out + versions_details(report["env"], collect_env))
+    if report["policy"].get("with_context_matmul_recomputed_in_backward") is False:
+        changed = report.get("torch_changes")
+        out += ["**This run does not show it**: %s%s. The measurements follow." % (
+            policy_actual(report), "; torch was changed in-process: %s" % changes_said(changed) if changed else ""), ""]
+        out += markdown_table(policy_rows(report), ("arrangement", "the policy was asked about (forward)",
+                                                    "matmuls computed in one backward", "forward matmul"))
+        return "\n".join(out + [""] + versions_details(report["env"], collect_env))
     out += ["Since 2.10 a compiled function called inside SAC (`checkpoint(..., use_reentrant=False, "
             "context_fn=create_selective_checkpoint_contexts(policy))`) runs compiled. But the policy is "
             "no longer asked about the function's ops: inside the compiled region it sees what Inductor's "
