@@ -85,3 +85,11 @@ def test_loops_only_refuses_the_judges_options(option, monkeypatch):
     monkeypatch.setattr(cli, "run_child", lambda *a: pytest.fail("ran before its options were checked"))
     rc, stdout, stderr = judge("--loops-only", *option)
     assert rc == 128 and "--loops-only" in stderr and option[0] in stderr, stderr
+
+
+@pytest.mark.parametrize("child", [REVERTED, data("cpu-torch2.9.1", "child.json")], ids=["2.13-reverted", "2.9.1"])
+def test_a_reproducing_paste_has_one_finding(child):
+    """Where f ran eagerly (or nothing) under SAC, the policy saw f's own ops: no policy heading."""
+    report, md = markdown(recorded(child))
+    assert report["verdict"] == "reproduced" and report["policy"]
+    assert "#### " not in md and "second finding" not in md
