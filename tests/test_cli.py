@@ -303,6 +303,8 @@ def clone(tmp_path):
     (root / "env" / "pyvenv.cfg").write_text("home = %s\n" % base.parent)
     (root / ".venv" / "bin").mkdir(parents=True)  # one that venv is still making: no pyvenv.cfg yet
     (root / "evidence.json").write_text("an earlier report")
+    (root / "vendor" / "lib" / ".git").mkdir(parents=True)  # a repository of the user's inside the bundle's
+    (root / "vendor" / "lib" / ".git" / "config").write_text("[core]\n")
     return root, base
 
 
@@ -322,12 +324,14 @@ def judge_in(root, *args):
     ("--json", "env/bin/activate.json", "inside env, a virtual environment"),
     ("--json", ".venv/bin/python", "inside .venv, a virtual environment"),
     ("--json", "sac_repro/exits.py", "sac_repro/exits.py, a file of this bundle"),
+    ("--json", "vendor/lib/.git/config", "inside vendor/lib/.git, git's own files"),  # a nested repository
+    ("--json", "vendor/lib/.git/new.json", "inside vendor/lib/.git, git's own files"),
 ])
 def test_outputs_never_go_into_git_or_a_virtual_environment_of_the_bundle(clone, option, path, says):
     """Once only the files git tracks were refused: --json .git/config, .git/HEAD and
     .venv-test/bin/python (through its symlink, the Python it was made from) were written over."""
     root, base = clone
-    before = {p: (root / p).read_bytes() for p in (".git/config", ".git/HEAD", "sac_repro/exits.py")}
+    before = {p: (root / p).read_bytes() for p in (".git/config", ".git/HEAD", "sac_repro/exits.py", "vendor/lib/.git/config")}
     rc, stdout, stderr = judge_in(root, option, path)
     one_line_error(rc, stdout, stderr, "%s %s is %s" % (option, path, says), "name a new file")
     assert {p: (root / p).read_bytes() for p in before} == before and base.read_text() == "a Python"
