@@ -363,3 +363,41 @@ def test_a_file_url_index_installs_as_its_folder(tmp_path):
     rc, out = bisect("nightly", "2025-09-07", "--index", "file://" + urllib.parse.quote(str(index)), cache=tmp_path / "cache")
     assert rc == 0 and "not_reproduced" in out, out
     assert "from %s with" % index in out
+
+
+@pytest.mark.unit
+def test_an_environment_whose_python_changed_version_is_not_taken(tmp_path):
+    """Its Python was upgraded under it (3.x to 3.y): torch sits in the old version's site-packages,
+    and the environment's Python finds no torch there."""
+    venv = tmp_path / "torch-x"
+    (venv / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, venv / "bin" / "python")
+    ours = "python%d.%d" % sys.version_info[:2]
+    for version in ("python3.9", ours):
+        (venv / "lib" / version / "site-packages" / "torch").mkdir(parents=True)
+    (venv / "lib" / "python3.9" / "site-packages" / "torch" / "version.py").write_text("__version__ = '2.9.1'\n")
+    assert not envs.runs_its_python(str(venv))
+    (venv / "lib" / ours / "site-packages" / "torch" / "version.py").write_text("__version__ = '2.9.1'\n")
+    assert envs.runs_its_python(str(venv))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("index, kind", [
+    ("https://download.pytorch.org/whl/cpu", "cpu"), ("https://download.pytorch.org/whl/cpu/", "cpu"),
+    ("https://download.pytorch.org/whl/nightly/cpu", "cpu"), ("https://download.pytorch.org/whl/cu128", "cuda"),
+    ("https://download.pytorch.org/whl/cpu-cxx11-abi-not-cpu/cu128", "cuda"), ("https://pypi.org/simple", "cuda"),
+])
+def test_the_free_space_asked_for_follows_the_index(index, kind):
+    """A CPU index needs a CPU build's space; any other, a CUDA build's (PyPI's Linux torch)."""
+    assert envs.needed_bytes(None, None, index) == envs.NEEDS[kind]
+
+
+@pytest.mark.unit
+def test_a_wheel_is_known_by_all_of_its_bytes(tmp_path):
+    """Two wheels that differ only in their last byte, past the first MiB read, are two builds."""
+    body = os.urandom(3 * (1 << 20) + 17)
+    a, b = tmp_path / "a.whl", tmp_path / "b.whl"
+    a.write_bytes(body)
+    b.write_bytes(body[:-1] + bytes([body[-1] ^ 1]))
+    assert builds.sha256_of(str(a)) == hashlib.sha256(body).hexdigest()
+    assert builds.file_sha256(str(a), str(tmp_path)) != builds.file_sha256(str(b), str(tmp_path))

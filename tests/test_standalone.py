@@ -123,7 +123,6 @@ c.checkpoint = checkpoint
 """
 
 
-@pytest.mark.release  # one more whole run: the fast tier keeps within its time
 def test_alone_a_crash_under_sac_is_cannot_tell(tmp_path):
     (tmp_path / "crash").mkdir()
     (tmp_path / "crash" / "sitecustomize.py").write_text(CRASH_UNDER_SAC)
