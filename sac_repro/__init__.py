@@ -7,7 +7,8 @@ order the data flows:
     measure   the child: runs the script as written, then the scenarios, under torch.profiler
     captures  nsys and ncu captures read into NVTX ranges and the kernels in each
     verdict   the kernel classifier, each call judged, the policy check
-    render    the text and markdown reports (policy_snippet: the code the policy report pastes)
+    render    the text and the markdown paste, in the form of PyTorch's torch.compile bug template
+    policy_report  --policy-report: the second finding as a report of its own (policy_snippet: its code)
     plot      --plot: pictures drawn from the judged report (matplotlib, imported only then)
     outputs   where the entry points write: never onto an input or the bundle, and in one step
     indexes   bisect_torch.py's indexes: where torch wheels are listed, and which one is picked

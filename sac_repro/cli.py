@@ -19,7 +19,8 @@ from . import outputs, plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from .exits import (codes_help, dies_with_parent, end_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
                     OutputError, raised_by_this_bundle, say_error, UsageError)
-from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_policy_markdown, render_text, rerun_command, rerun_env
+from .policy_report import render_policy_markdown
+from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_text, rerun_command, rerun_env
 from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
 
@@ -205,6 +206,9 @@ def run(script_path, argv):
         emit(render_policy_markdown(report, command, collect_env() if report["env"].get("torch") else None,
                                     getattr(args, "bench", None)))
     elif args.markdown:
+        if report.get("plot"):  # an instruction for the one pasting, not words for the issue
+            say_error("attach %s to the issue: the picture of what this paste's verdict was judged from"
+                      % report["plot"])
         emit(render_markdown(report, command, script_path,
                              collect_env() if report["env"].get("torch") else None))
     else:
@@ -451,7 +455,7 @@ def bench_problem(bench):
             return wrong(r, "bwd_mm", "a whole number >= 0, or null", at + ".bwd_mm")
     if not (isinstance(bench.get("baseline"), str) and bench["baseline"] in rows):
         return wrong(bench, "baseline", "the name of one of the rows")
-    # the wrapped arrangement's memory is set against these two rows' (render.supported_and_open)
+    # the wrapped arrangement's memory is set against these two rows' (policy_report.supported_and_open)
     wrapped = [r for n, r in rows.items() if n == B_WRAPPED and r.get("mem") is not None]
     for name in (B_NO_CHECKPOINT, B_WORKAROUND):
         if wrapped and name in rows and rows[name].get("mem") is None:

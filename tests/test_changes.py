@@ -27,7 +27,7 @@ def test_a_reverted_run_says_so_in_every_output(reverted_run):
     assert report["torch_changes"][0]["file"] == os.path.join(REVERT, "sitecustomize.py")
     env_line = text.splitlines()[0]                                                     # the text
     assert env_line.endswith("| changed: the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)")
-    assert "torch 2.13" in markdown and "**the 2.10 fix reverted in-process" in markdown.splitlines()[4]
+    assert "torch 2.13" in markdown and "**the 2.10 fix reverted in-process" in markdown.splitlines()[8]
     assert changes.REVERTED in plot.title(report)                                       # --plot
 
 
@@ -39,7 +39,7 @@ def test_the_markdown_command_reruns_what_ran(reverted_run, fixed_run):
 
 def test_the_shipped_torch_says_nothing_changed(fixed_run):
     _, report, text, _, markdown = fixed_run
-    assert report["torch_changes"] == [] and "changed:" not in text and "in-process" not in markdown.splitlines()[4]
+    assert report["torch_changes"] == [] and "changed:" not in text and "in-process" not in markdown.splitlines()[8]
 
 
 def run_python(code, pythonpath=None):
@@ -90,15 +90,16 @@ def test_a_shipped_torch_shows_no_dynamo_skip(fixed_run):
 
 def test_one_finding_per_heading(fixed_run, reverted_run):
     fixed = fixed_run[4].split("<details>")[0].splitlines()
-    assert fixed[2] == ("**This run does not reproduce pytorch/pytorch#161889**: the compiled f ran "
-                        "compiled code under SAC in all 3 calls.")
+    assert fixed[6] == ("**This run does not reproduce pytorch/pytorch#161889**, which is fixed from torch "
+                        "2.10.0: the compiled f ran compiled code under SAC in all 3 calls.")
     heading = fixed.index("#### A second finding: the policy never sees the compiled matmul")
     before, after = "\n".join(fixed[:heading]), "\n".join(fixed[heading:])
     assert "MUST_SAVE" not in before and "aten.mm" not in before  # the bug, and only the bug, first
     assert "pytorch/pytorch#175229" in after and "docs/policy.md" in after and "policy (MUST_SAVE aten.mm)" in after
     reverted = reverted_run[4].split("<details>")[0]
     # from 2.12 Dynamo raises where it skips a fullgraph=True f: those calls ran nothing, not eagerly
-    assert reverted.splitlines()[2] == ("**This run reproduces pytorch/pytorch#161889**: the compiled f ran no "
+    assert reverted.splitlines()[6] == ("**This run reproduces pytorch/pytorch#161889 with the 2.10 fix reverted "
+                                        "in-process on torch 2.13.0+cpu**: the compiled f ran no "
                                         "compiled code under SAC in 3 of 3 calls (Dynamo skipped it and, with "
                                         "fullgraph=True, raised).")
     assert "second finding" not in reverted
@@ -169,7 +170,7 @@ def test_the_pastes_command_run_as_printed_gives_the_same_answer(environ):
     clean["PATH"] = os.path.dirname(sys.executable) + os.pathsep + clean["PATH"]
     rc, paste = run_in_bundle("python3 -m sac_repro --device cpu --markdown", dict(clean, **environ))
     command = command_of(paste)
-    assert "does not rerun" not in paste.splitlines()[4]
+    assert "does not rerun" not in paste.splitlines()[8]
     again, paste_again = run_in_bundle(command, clean)
     assert (again, command_of(paste_again)) == (rc, command)
     verdict = [l for l in paste.splitlines() if l.startswith(("- **Verdict:**", "policy (MUST_SAVE"))]

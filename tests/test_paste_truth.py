@@ -5,8 +5,8 @@ import copy
 
 import pytest
 
-from conftest import data, FIXED_CSV, judge, recorded, REVERTED_CSV, SCRIPT
-from sac_repro import changes, cli, render, verdict
+from conftest import data, judge, recorded, REVERTED_CSV, SCRIPT
+from sac_repro import cli, policy_report, render, verdict
 
 pytestmark = pytest.mark.unit
 
@@ -17,7 +17,7 @@ REVERTED = data("cpu-torch2.13", "child_fix_reverted.json")
 def markdown(raw, strict=False, policy=False, command="python3 -m sac_repro --markdown"):
     report = verdict.report_from_child(copy.deepcopy(raw), "regression", strict)
     if policy:
-        return report, render.render_policy_markdown(report, command, None)
+        return report, policy_report.render_policy_markdown(report, command, None)
     return report, render.render_markdown(report, command, SCRIPT, None)
 
 
@@ -26,7 +26,7 @@ def test_strict_policy_headline_agrees_with_its_verdict():
     'Verdict: reproduced (exit 1)', with no reason."""
     report, md = markdown(recorded(FIXED), strict=True)
     assert report["verdict"] == "reproduced"
-    headline = md.splitlines()[2]
+    headline = md.splitlines()[6]
     assert "reproduces" in headline and "does not reproduce" not in headline
     assert "--strict-policy" in headline and "MUST_SAVE" in headline
 
@@ -66,7 +66,7 @@ def test_a_capture_judged_alone_says_what_it_does_not_know():
     """`run_nsys.sh --report CAP --markdown`: pasted as 'This run reproduces', naming no torch."""
     rc, stdout, _ = judge("--from-nsys", REVERTED_CSV, "--markdown")
     assert rc == 1
-    line = stdout.splitlines()[4]
+    line = stdout.splitlines()[8]
     assert "the torch that made it, and any in-process change of it, are unknown" in line, line
 
 

@@ -139,10 +139,12 @@ def test_the_timeline_draws_each_ranges_kernels(tmp_path, capture, csv_twin):
 
 
 # ---------------------------------------------------------------------------- the bench and cli
-def test_markdown_names_the_picture_to_attach(tmp_path):
-    rc, stdout, _ = judge("--from-nsys", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "--plot",
-                          tmp_path / "evidence.png", "--markdown")
-    assert rc == 0 and "attach `evidence.png`" in stdout
+def test_markdown_names_the_picture_to_attach_on_stderr_not_in_the_paste(tmp_path):
+    """'attach evidence.png here' stayed in the issue: an instruction to the one pasting."""
+    rc, stdout, stderr = judge("--from-nsys", data("h200-torch2.11", "full_nvtx_kern_sum.csv"), "--plot",
+                               tmp_path / "evidence.png", "--markdown")
+    assert rc == 0 and "attach" not in stdout
+    assert "attach %s to the issue" % (tmp_path / "evidence.png") in stderr
 
 
 @pytest.mark.parametrize("args, says", [(["--plot", "x.jpg"], ".png or .svg"),

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import data, judge, recorded, run
-from sac_repro import cli, exits, render, verdict
+from sac_repro import cli, exits, policy_report, verdict
 
 FIXED = recorded(data("cpu-torch2.13", "child_fixed.json"))
 REVERTED = recorded(data("cpu-torch2.13", "child_fix_reverted.json"))
@@ -27,7 +27,7 @@ BENCH = {"schema": 1, "torch": "2.11.0+cu130", "device": "NVIDIA H200", "world":
 
 def markdown(raw, bench=None):
     report = verdict.report_from_child(copy.deepcopy(raw), "regression", False)
-    return render.render_policy_markdown(report, "python x.py --policy-report", "collect_env output", bench)
+    return policy_report.render_policy_markdown(report, "python x.py --policy-report", "collect_env output", bench)
 
 
 def code_block(text):
@@ -51,7 +51,7 @@ def test_the_policy_report_says_what_the_policy_saw_and_what_backward_ran():
     assert "`aten.mm.default -> MUST_SAVE`" in table_row(md, "`compile(sac(f))`")
     wrapped = table_row(md, "`sac(compile(f))` with `wrap_inductor_compiled_regions=True`")
     assert "`inductor_compiled_code -> PREFER_RECOMPUTE`" in wrapped and wrapped.endswith("| 3 | **recomputed** |")
-    assert code_block(md) == render.policy_snippet()
+    assert code_block(md) == policy_report.policy_snippet()
     assert "collect_env output" in md and "What it costs" not in md
 
 
@@ -82,7 +82,7 @@ def test_those_paragraphs_change_with_the_evidence():
     report["policy"]["ops_seen"]["workaround"] = [["aten.bmm.default", "PREFER_RECOMPUTE", 2]]
     report["policy"]["backward_matmuls"]["workaround"] = 3
     report["policy"]["workaround_matmul_recomputed_in_backward"] = True
-    text = sections(render.render_policy_markdown(report, "x", None))
+    text = sections(policy_report.render_policy_markdown(report, "x", None))
     assert "the policy was asked about `aten.bmm.default`, and backward computed 3 matmuls: the forward matmul ran again." in text
     assert "- `wrap_inductor_compiled_regions` (2.10 and later) is not in this torch: not measured." in text
     assert "inductor_compiled_code" not in text
@@ -255,4 +255,4 @@ def test_what_the_bench_writes_and_what_render_does_without_is_accepted(tmp_path
     f.write_text(json.dumps(bench))
     assert cli.load_bench(str(f)) == bench
     report = verdict.report_from_child(copy.deepcopy(FIXED), "regression", False)
-    render.render_policy_markdown(report, "x", None, bench)  # renders what was accepted
+    policy_report.render_policy_markdown(report, "x", None, bench)  # renders what was accepted

@@ -43,7 +43,7 @@ def test_affected_release_markdown_names_the_torch(release_python):
     rc, stdout, _ = run(release_python("2.9.1"), "--device", "cpu", "--markdown")
     assert rc == 1
     assert "torch 2.9.1" in stdout and "- **Actual:** 3 of 3 calls under SAC ran eagerly (no compiled code, eager aten::add, aten::mul)" in stdout
-    assert "**This run reproduces pytorch/pytorch#161889**" in stdout.splitlines()[2]
+    assert "**This run reproduces pytorch/pytorch#161889**" in stdout.splitlines()[6]
     assert "Dynamo said `skipping: f (reason: non-infra torch dispatch mode present" in stdout
 
 

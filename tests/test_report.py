@@ -39,7 +39,7 @@ def test_markdown_carries_the_script_byte_for_byte(fixed_markdown):
 
 def test_markdown_says_expected_and_actual(fixed_markdown):
     lines = fixed_markdown.splitlines()
-    assert "torch 2." in lines[4] and "Command: `python3 -m sac_repro --device cpu --markdown" in lines[4]
+    assert "torch 2." in lines[8] and "Command: `python3 -m sac_repro --device cpu --markdown" in lines[8]
     expected = next(l for l in lines if l.startswith("- **Expected:**"))
     assert expected == "- **Expected:** %s." % render.EXPECTED and "compiled code (Inductor kernels) under SAC" in expected
     actual = next(l for l in lines if l.startswith("- **Actual:**"))
@@ -58,9 +58,31 @@ def test_markdown_shows_what_the_policy_saw(fixed_markdown):
 
 def test_markdown_fits_on_one_screen_above_its_details(fixed_markdown):
     visible = fixed_markdown.split("<details>")[0]
-    assert len(visible.splitlines()) <= 30, visible
-    assert fixed_markdown.count("<details>") == 2 and fixed_markdown.count("</details>") == 2
+    assert len(visible.splitlines()) <= 34, visible
+    assert fixed_markdown.count("<details>") == 3 and fixed_markdown.count("</details>") == 3
     assert "PyTorch version:" in fixed_markdown  # python -m torch.utils.collect_env, as the template asks
+
+
+def test_markdown_takes_the_form_of_pytorchs_bug_template(fixed_markdown):
+    """The template's three headings; the reporter's place first (an HTML comment, invisible once
+    posted), then a label on what the bundle generated; no instruction and no link into the bundle."""
+    lines = fixed_markdown.splitlines()
+    assert [l for l in lines if l.startswith("### ")] == ["### 🐛 Describe the bug", "### Error logs", "### Versions"]
+    assert lines[2] == render.REPORTERS_PLACE and lines[2].startswith("<!--") and lines[4] == render.GENERATED
+    assert not re.search(r"\]\((?!https?://)", fixed_markdown), "a relative link, which an issue cannot follow"
+    generated = fixed_markdown.split("### Versions")[0]
+    assert not re.search(r"\b(attach|paste|here:)\b", generated, re.I), "an instruction to the one pasting"
+
+
+def test_a_fixed_torch_paste_gives_the_status_the_fix_and_the_next_step(fixed_markdown):
+    lines = fixed_markdown.splitlines()
+    assert lines[6].startswith("**This run does not reproduce pytorch/pytorch#161889**, which is fixed from torch 2.10.0")
+    step = next(l for l in lines if l.startswith("- **Next step:**"))
+    assert "regression test" in step and "issue of its own" in step and "--policy-report" in step
+    diff = re.search(r"```diff\n(.*?)```", fixed_markdown, re.S).group(1)
+    assert diff == render.fix_hunk()
+    assert diff.count("+    def ignore_compile_internals(cls):") == 2 and diff.count("+        return True") == 2
+    assert "class _CachingTorchDispatchMode(TorchDispatchMode):" in diff and "class _CachedTorchDispatchMode" in diff
 
 
 # --------------------------------------------------------------------- expected_output.md drift
@@ -225,6 +247,6 @@ def test_a_paste_of_a_build_that_cannot_be_tested_says_so(raw):
     report = verdict.report_from_child(raw, "regression", False)
     markdown = render.render_markdown(report, "python3 -m sac_repro --markdown", SCRIPT, None)
     lines = markdown.splitlines()
-    assert lines[2] == "**This build cannot show pytorch/pytorch#161889**: %s." % raw["reason"]
+    assert lines[6] == "**This build cannot show pytorch/pytorch#161889**: %s." % raw["reason"]
     assert "- **Verdict:** `cannot_test` (exit 125)" in lines
     assert "#### " not in markdown  # no policy heading: nothing compiled to speak of
