@@ -90,6 +90,10 @@ def parse_args(argv, doc):
                         "sac(compile(f)) against compile(sac(f)) (2.10 and later)")
     p.add_argument("--bench-json", metavar="PATH",
                    help="with --policy-report: add the cost that `bench_sac_compile.py --json PATH` measured")
+    p.add_argument("--ablation", action="store_true",
+                   help="also run the case under each torch.compile backend (eager, aot_eager, "
+                        "aot_eager_decomp_partition, inductor): which part of the stack each finding is "
+                        "(--markdown runs it)")
     p.add_argument("--strict-policy", action="store_true",
                    help="also exit 1 when compiled code runs under SAC but the policy's MUST_SAVE "
                         "on aten.mm is ignored (torch 2.10 and later)")
@@ -140,7 +144,7 @@ def check_paths(args):
     if args.loops_only:  # it runs the loops for a profiler, and judges nothing: these would be ignored
         given = [o for o, v in (("--json", args.json), ("--plot", args.plot), ("--markdown", args.markdown),
                                 ("--hunt-fix", args.hunt_fix), ("--strict-policy", args.strict_policy),
-                                ("--policy-report", args.policy_report)) if v]
+                                ("--policy-report", args.policy_report), ("--ablation", args.ablation)) if v]
         if given:
             raise UsageError("--loops-only gives no verdict, so %s would be ignored: give %s to the judge of "
                              "its capture (--from-nsys or --from-ncu, or run_nsys.sh -- OPTIONS)"
@@ -326,7 +330,7 @@ def child(script_path, args):
             "status": "our_bug" if raised_by_this_bundle(e) else "torch_error", "reason":
             "importing sac_repro.measure: " + one_line(e), "traceback": traceback.format_exc()})
     return measure.child_main(script_path, args.child_out, args.device, args.loops_only, args.policy_report,
-                              bool(args.plot))
+                              bool(args.plot), args.ablation)
 
 
 def write_child_result(path, result):
@@ -350,6 +354,8 @@ def run_child(script_path, args):
         cmd.append("--loops-only")
     if args.policy_report:
         cmd.append("--policy-report")
+    if args.ablation or args.markdown:  # the paste runs it; the plain run offers it (its cost)
+        cmd.append("--ablation")
     if args.plot:
         cmd += ["--plot", args.plot]  # the child records each call's timeline; the parent draws
     log = []

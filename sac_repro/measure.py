@@ -299,6 +299,60 @@ def measure_scenario(name, step, device, policy_seen, timeline, skips):
     return entry
 
 
+# The ablation PyTorch's bug template asks for: the case under each backend, from Dynamo alone to
+# Inductor, and Inductor with the option that shows SAC the compiled region as one op (2.10+).
+ABLATION_BACKENDS = ("eager", "aot_eager", "aot_eager_decomp_partition", "inductor")
+WRAP_OPTION = "wrap_inductor_compiled_regions"
+
+
+def ablation(namespace, device, policy_seen):
+    """Per backend: did Dynamo run f's frame compiled under SAC, which ops was the policy asked
+    about, and how many matmuls did one backward compute (None where this device cannot tell)."""
+    import torch._inductor.config
+    f, x, y, with_context = namespace["f"], namespace["x"], namespace["y"], namespace["checkpoint_fn_with_context"]
+    configs = [(b, None) for b in ABLATION_BACKENDS]
+    if hasattr(torch._inductor.config, WRAP_OPTION):
+        configs.append(("inductor", {WRAP_OPTION: True}))
+    rows = []
+    for backend, options in configs:
+        row = {"backend": backend + (" + " + WRAP_OPTION if options else "")}
+        fn = torch.compile(fresh_code(f), backend=backend, fullgraph=True, dynamic=True,
+                           **({"options": options} if options else {}))
+        policy_seen.clear()
+        try:
+            with_context(fn, x, y)  # compiles
+            names = {n for n, _ in profile_call(lambda: with_context(fn, x, y), device)["names"]}
+            row["frame_compiled"] = any(n.startswith("Torch-Compiled Region") for n in names)
+            row["policy_saw"] = sorted(op for op, _ in policy_seen)
+            row["backward_matmuls"] = backward_matmuls(lambda: with_context(fn, x, y), device)
+        except Exception as e:
+            if not refused_to_run_eagerly(e):
+                row["error"] = one_line(e)
+            row.update(frame_compiled=False, policy_saw=sorted(op for op, _ in policy_seen), refused=True)
+        rows.append(row)
+    return rows
+
+
+def inductor_extern_mm():
+    """The line of this run's Inductor output code that calls the extern matmul, as Inductor wrote
+    it: what SAC's mode meets at run time instead of f's aten.mm.default."""
+    try:
+        from torch._inductor.codecache import PyCodeCache
+    except Exception:
+        return None
+    modules = list(getattr(PyCodeCache, "modules", [])) + list(getattr(PyCodeCache, "cache", {}).values())
+    for module in modules:
+        try:
+            with open(module.__file__) as fh:
+                text = fh.read()
+        except (AttributeError, OSError, TypeError):
+            continue
+        for line in text.splitlines():
+            if "extern_kernels.mm(" in line:
+                return line.strip()
+    return None
+
+
 def first_sentence(e):
     """'RuntimeError: torch.compile with fullgraph=True found no compiled frames.': the error's
     first sentence, whole; the frames it lists go to DynamoSkips, each on its own."""
@@ -307,7 +361,7 @@ def first_sentence(e):
     return "%s: %s" % (type(e).__name__, text if end < 0 else text[:end + 1])
 
 
-def measure(path, device, loops_only, policy_report, timeline, result):
+def measure(path, device, loops_only, policy_report, timeline, result, with_ablation=False):
     skips = DynamoSkips(path).install()
     result["dynamo_skips"] = skips.seen  # filled as the report's code and the scenarios run
     try:
@@ -348,10 +402,16 @@ def measure(path, device, loops_only, policy_report, timeline, result):
             entry["backward_matmuls"] = backward_matmuls(step, device)
         except Exception as e:  # e.g. 2.9: backward through checkpoint(compiled f) raises in Dynamo
             entry["backward_error"] = one_line(e)
+    result["inductor_extern_mm"] = inductor_extern_mm()
+    if with_ablation:
+        progress("ablation: the case under each backend")
+        skips.where = "the ablation"
+        result["ablation"] = ablation(namespace, device, policy_seen)
+        skips.where = None
     result["status"] = "ok"
 
 
-def child_main(path, out_path, device_arg, loops_only, policy_report, timeline):
+def child_main(path, out_path, device_arg, loops_only, policy_report, timeline, with_ablation=False):
     """Writes the result as JSON, whatever happens short of a crash. The environment is described
     first, so that an error later still reports which torch it was."""
     device = "cuda" if device_arg != "cpu" and torch.cuda.is_available() else "cpu"
@@ -362,7 +422,7 @@ def child_main(path, out_path, device_arg, loops_only, policy_report, timeline):
             result.update(status="cannot_test", reason="--device cuda was asked for, but this torch "
                           "sees no CUDA device (torch.cuda.is_available() is False); use --device cpu or auto")
         else:
-            measure(path, device, loops_only, policy_report, timeline, result)
+            measure(path, device, loops_only, policy_report, timeline, result, with_ablation)
     except Interrupted:
         raise  # a signal to the child: no result, which the parent reads as cannot_test
     except BaseException as e:

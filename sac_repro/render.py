@@ -224,7 +224,30 @@ def policy_section(report):
     heading = POLICY_HEADING if ignored else "#### The SAC policy under `sac(compile(f))`"
     return ["", heading, "", "Not pytorch/pytorch#161889 itself: %s. Its own report: `--policy-report`; "
             "region-level policies upstream: pytorch/pytorch#175229; the bundle's `docs/policy.md`." %
-            policy_actual(report), ""] + ["%s  " % l for l in policy_lines(policy)]
+            policy_actual(report), ""] + ["%s  " % l for l in policy_lines(policy)] + (
+        ["", "Inductor's generated code for f (this run's output code) calls the matmul as `%s`: that is "
+         "the op SAC's mode meets at run time." % report["inductor_extern_mm"]] if report.get("inductor_extern_mm") else [])
+
+
+ABLATION_HEADER = ("backend", "Dynamo ran f under SAC", "the policy was asked about", "matmuls in one backward")
+
+
+def ablation_rows(report):
+    return [(r["backend"], "refused (fullgraph=True raised)" if r.get("refused") and not r.get("error")
+             else "error: " + abridge(r["error"], 60) if r.get("error") else "yes" if r.get("frame_compiled") else "no",
+             ", ".join(r.get("policy_saw") or ()) or "-",
+             "-" if r.get("backward_matmuls") is None else str(r["backward_matmuls"]))
+            for r in report["ablation"]["rows"]]
+
+
+def ablation_lines(report):
+    """The ablation as text, or the offer of it where this run did not pay for it."""
+    if report.get("ablation"):
+        return ["ablation, the case under each backend:"] + table(ablation_rows(report), ABLATION_HEADER) + [
+            "ablation reads: " + report["ablation"]["reading"]]
+    if report["source"].startswith("torch.profiler") and report["verdict"] != "cannot_test":
+        return ["ablation: not run (it compiles f once per backend); --ablation or --markdown runs it"]
+    return []
 
 
 def table(rows, header):
@@ -252,6 +275,9 @@ def render_text(report):
                    % (n, " was" if n == 1 else "s were"))
     out += dynamo_lines(report)
     out += policy_lines(report["policy"])
+    if report.get("inductor_extern_mm") and policy_section(report):
+        out.append("inductor's output code calls: " + report["inductor_extern_mm"])
+    out += ablation_lines(report)
     if report["errors"].get("loops_error"):
         out.append("the report's loops raised Dynamo's error for a fullgraph=True function it skipped: "
                    + report["errors"]["loops_error"])
@@ -294,6 +320,9 @@ def render_markdown(report, command, script_path, collect_env):
     if rows:
         out += markdown_table(rows, TABLE_HEADER)
     out += policy_section(report)
+    if report.get("ablation"):
+        out += ["", "**Ablation**, the case under each backend (what the template asks): %s." % report["ablation"]["reading"], ""]
+        out += markdown_table(ablation_rows(report), ABLATION_HEADER)
     out += ["", "<details><summary>Repro: %s, the file that ran (standalone: saved and run, it prints "
             "its answer and exits 0, 1 where f ran eagerly or was refused under SAC, 125 where it cannot "
             "tell; [changed] and [added] mark the edits to the report)</summary>" % os.path.basename(script_path),

@@ -267,7 +267,24 @@ def report_from_child(raw, terms, strict_policy):
     for name, entry in raw["scenarios"].items():
         report["scenarios"][name] = from_child(entry)
     report["policy"] = judge_policy(report["scenarios"], report["device"])
+    report["inductor_extern_mm"] = raw.get("inductor_extern_mm")
+    if raw.get("ablation"):
+        report["ablation"] = {"rows": raw["ablation"], "reading": ablation_reading(raw["ablation"])}
     return settle(report, *decide(report["scenarios"], report["policy"], strict_policy), terms)
+
+
+def ablation_reading(rows):
+    """The one line the ablation reads to: whose module a finding is."""
+    ran = {r["backend"]: set(r.get("policy_saw") or ()) for r in rows if r.get("frame_compiled")}
+    if not ran:
+        return "Dynamo: it skipped f under SAC whatever the backend (#161889 is Dynamo's)"
+    inductor = ran.get("inductor")
+    others = [ops for name, ops in ran.items() if not name.startswith("inductor")]
+    if inductor is not None and "aten.mm.out" in inductor and "aten.mm.default" not in inductor \
+            and others and all("aten.mm.default" in ops for ops in others):
+        return ("Inductor: only with inductor does the policy see `aten.mm.out` instead of `aten.mm.default` "
+                "(the second finding is Inductor's)")
+    return "no single backend: Dynamo ran f under SAC with %s" % ", ".join(sorted(ran))
 
 
 # The report's ranges, exactly as its loops name them, with nsys's optional "DOMAIN:" prefix.

@@ -45,6 +45,8 @@ def test_affected_release_markdown_names_the_torch(release_python):
     assert "torch 2.9.1" in stdout and "- **Actual:** 3 of 3 calls under SAC ran eagerly (no compiled code, eager aten::add, aten::mul)" in stdout
     assert "**This run reproduces pytorch/pytorch#161889**" in stdout.splitlines()[6]
     assert "Dynamo said `skipping: f (reason: non-infra torch dispatch mode present" in stdout
+    # the ablation: Dynamo skips f under SAC whatever the backend (#161889 is Dynamo's)
+    assert "(what the template asks): Dynamo: it skipped f under SAC whatever the backend" in stdout
 
 
 def test_release_search_finds_the_fix_in_2_10_0():

@@ -250,3 +250,32 @@ def test_a_paste_of_a_build_that_cannot_be_tested_says_so(raw):
     assert lines[6] == "**This build cannot show pytorch/pytorch#161889**: %s." % raw["reason"]
     assert "- **Verdict:** `cannot_test` (exit 125)" in lines
     assert "#### " not in markdown  # no policy heading: nothing compiled to speak of
+
+
+def test_the_paste_places_each_finding_by_ablation(fixed_run, reverted_run):
+    """PyTorch's template asks which backend causes it. As shipped (2.13): the policy is asked
+    about aten.mm.default up to aot_eager_decomp_partition, about aten.mm.out with inductor: the
+    second finding is Inductor's, and the paste quotes Inductor's own line. Reverted: Dynamo skips
+    f whatever the backend: #161889 is Dynamo's."""
+    _, report, text, _, markdown = fixed_run
+    rows = {r["backend"]: r for r in report["ablation"]["rows"]}
+    assert "aten.mm.default" in rows["aot_eager"]["policy_saw"] and rows["aot_eager"]["frame_compiled"]
+    assert rows["inductor"]["policy_saw"] == ["aten.mm.out"] and rows["inductor"]["backward_matmuls"] == 3
+    reading = ("Inductor: only with inductor does the policy see `aten.mm.out` instead of `aten.mm.default` "
+               "(the second finding is Inductor's)")
+    assert report["ablation"]["reading"] == reading
+    assert "**Ablation**, the case under each backend (what the template asks): %s." % reading in markdown
+    assert "| aot_eager | yes | aten.add.Tensor, aten.mm.default, aten.mul.Tensor, aten.t.default | - |" in markdown
+    assert report["inductor_extern_mm"].startswith("extern_kernels.mm(") and "out=" in report["inductor_extern_mm"]
+    assert "calls the matmul as `%s`" % report["inductor_extern_mm"] in markdown
+    _, reverted, _, _, reverted_markdown = reverted_run
+    assert reverted["ablation"]["reading"] == "Dynamo: it skipped f under SAC whatever the backend (#161889 is Dynamo's)"
+    assert not any(r["frame_compiled"] for r in reverted["ablation"]["rows"])
+    assert "calls the matmul as" not in reverted_markdown
+
+
+def test_the_plain_run_offers_the_ablation(fixed_run):
+    report = dict(fixed_run[1])
+    report.pop("ablation")
+    assert "ablation: not run (it compiles f once per backend); --ablation or --markdown runs it" in \
+        render.render_text(report).splitlines()
