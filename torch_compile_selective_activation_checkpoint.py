@@ -1,62 +1,63 @@
-"""pytorch/pytorch#161889: a torch.compile'd f called inside selective activation checkpointing (SAC) runs
-eagerly on torch 2.5 to 2.9 (no Inductor kernels); fixed in 2.10.0. The report's code, its edits marked, then its
-answer from what ran under SAC and in a control call without SAC (torch.profiler): exit 0 compiled under SAC,
-1 eager or refused by Dynamo there (reproduced), 125 cannot tell on this build."""
+"""pytorch/pytorch#161889: a torch.compile'd f inside selective activation checkpointing (SAC) runs eagerly on torch 2.5
+to 2.9; fixed in 2.10.0. The report's code (edits marked), then its answer from what ran (torch.profiler): exit 0
+compiled under SAC, 1 eager or refused by Dynamo there (reproduced), 125 cannot tell on this build."""
 import io, logging, os, re, sys, traceback, types  # [added] the answer comes first: an error below gets one too
 dynamo_log = io.StringIO()  # Dynamo gives its reason for skipping a frame at debug level only
 logging.getLogger("torch._dynamo.convert_frame").addHandler(logging.StreamHandler(dynamo_log))
 logging.getLogger("torch._dynamo.convert_frame").setLevel(logging.DEBUG)
 logging.getLogger("torch._dynamo.convert_frame").propagate = bool(os.environ.get("TORCH_LOGS"))
+def tell(line, code):  # the answer's one line: a closed or full stdout loses the line, never the exit code
+    try:
+        print("f_compiled under SAC: " + line, flush=True)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return code
 
 def answer(error=None):  # prints one line; returns 0 (not reproduced), 1 (reproduced) or 125
     torch = sys.modules.get("torch")
-    on = "torch %s, git %.8s" % (torch.__version__, torch.version.git_version) if torch else "no torch"
-    cannot_tell = lambda why: print("f_compiled under SAC: cannot tell (%s; %s)" % (why, on)) or 125
-    if error is not None and not ("found no compiled frames" in str(error) and any(  # Dynamo's refusal under SAC
+    on = "torch %s, git %.8s" % (getattr(torch, "__version__", "?"), getattr(getattr(torch, "version", None),
+                                 "git_version", "?")) if torch else "torch did not import"
+    if error is not None and not (re.search(r"^\s*- f \(", str(error), re.M) and any(  # Dynamo refused f under SAC
             fr.f_code.co_name == "checkpoint_fn_with_context" for fr, _ in traceback.walk_tb(error.__traceback__))):
-        return cannot_tell("%s: %.200s" % (type(error).__name__, " ".join(str(error).split())))
+        return tell("cannot tell (%s: %.200s; %s)" % (type(error).__name__, " ".join(str(error).split()), on), 125)
     def ran(call):  # (compiled code ran: Dynamo's or AOTAutograd's region, f's own eager ops ran)
         with torch.profiler.profile() as prof:
             call()
         names = {e.name for e in prof.events()}
         compiled = any(n.startswith(("Torch-Compiled Region", "CompiledFunction")) for n in names)
         return compiled, {"aten::mul", "aten::add"} <= names
-
-    # The control: f compiled afresh, as a skip under SAC sticks to f's code object; its first call compiles.
     f_control = torch.compile(types.FunctionType(f.__code__.replace(), globals()), fullgraph=True, dynamic=True)
-    if not ran(lambda: checkpoint_fn_without_context(f_control, x, y))[0]:
-        return cannot_tell("the control, without SAC, ran no compiled code")
+    checkpoint_fn_without_context(f_control, x, y)  # compiles, out of the profile: tracing runs f's ops too
+    if ran(lambda: checkpoint_fn_without_context(f_control, x, y)) != (True, False):  # fresh code: a skip sticks
+        return tell("cannot tell (the control, without SAC, did not run compiled code alone; %s)" % on, 125)
     compiled, eager = (False, True) if error else ran(lambda: checkpoint_fn_with_context(f_compiled, x, y))
     if compiled == eager:
-        return cannot_tell("compiled code ran: %s, aten::mul and aten::add ran: %s" % (compiled, eager))
+        return tell("cannot tell (compiled code ran: %s, aten::mul and add ran: %s; %s)" % (compiled, eager, on), 125)
     said = re.findall(r"^\s*(?:- f \(.*:\d+\): (.*)|skipping: f \(reason: (.*?), file: .*)$",
                       str(error or dynamo_log.getvalue()), re.M)  # 2.12+: the error; before: the log
-    print("f_compiled under SAC: ran %s (pytorch/pytorch#161889 %s; %s)%s" % (
+    return tell("ran %s (pytorch/pytorch#161889 %s; %s)%s" % (
         "compiled code" if compiled else "no compiled code" if error else "eagerly: aten::mul, aten::add",
-        "does not reproduce" if compiled else "reproduces", on, "; Dynamo skipped f: %s%s" % said[0] if said else ""))
-    return 0 if compiled else 1
+        "does not reproduce" if compiled else "reproduces", on, "; Dynamo skipped f: %s%s" % said[0] if said else ""),
+        0 if compiled else 1)
 
 def answer_error(kind, error, tb):  # never Python's exit 1 for an error: 1 reads as "reproduces"
-    sys.__excepthook__(kind, error, tb)
-    if issubclass(kind, Exception):
-        try:
-            code = answer(error)
-        except Exception as e:
-            code = answer(e)
-        os._exit(sys.stdout.flush() or code)
-
+    code = 130 if issubclass(kind, KeyboardInterrupt) else 125
+    try:
+        sys.__excepthook__(kind, error, tb)
+        code = answer(error) if issubclass(kind, Exception) else code
+    except BaseException as e:  # no answer could be formed (a torch that breaks as it is read): cannot tell
+        code = 130 if isinstance(e, KeyboardInterrupt) else code
+    os._exit(code)
 sys.excepthook = answer_error
 if sys.argv[1:]:  # a usage error: 128 aborts a bisect
-    print("this script takes no options; the judged run does: python3 -m sac_repro --help", file=sys.stderr)
-    sys.exit(128)
+    sys.exit(print("takes no options; the judged run does: python3 -m sac_repro --help", file=sys.stderr) or 128)
 # ==== the report's code (pytorch/pytorch#161889) ====
 import functools
 
 import torch
 from torch.utils.checkpoint import checkpoint, CheckpointPolicy, create_selective_checkpoint_contexts
 
-# [added] The report hard-codes device="cuda". A CPU-only torch has no NVTX: there it does nothing.
-device = "cuda" if torch.cuda.is_available() else "cpu"
+device = "cuda" if torch.cuda.is_available() else "cpu"  # [added] the report hard-codes device="cuda"
 nvtx = torch.cuda.nvtx if torch.version.cuda else types.SimpleNamespace(range_push=lambda m: 0, range_pop=lambda: 0)
 
 # Define which operations to save during checkpointing
@@ -115,6 +116,5 @@ if device == "cuda":  # [added] close the capture range
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
 # ==== end of the report's code ====
-
 if __name__ == "__main__":
     sys.exit(answer())

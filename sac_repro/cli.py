@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,6 +95,9 @@ def parse_args(argv, doc):
                    help="also run the case under each torch.compile backend (eager, aot_eager, "
                         "aot_eager_decomp_partition, inductor): which part of the stack each finding is "
                         "(--markdown runs it)")
+    p.add_argument("--trace", metavar="PATH.tar.gz",
+                   help="also write this run's TORCH_TRACE log (the structured log of Dynamo, AOTAutograd and "
+                        "Inductor that tlparse reads) as one archive to attach, as PyTorch's bug template asks")
     p.add_argument("--strict-policy", action="store_true",
                    help="also exit 1 when compiled code runs under SAC but the policy's MUST_SAVE "
                         "on aten.mm is ignored (torch 2.10 and later)")
@@ -127,6 +131,7 @@ def check_paths(args):
             raise UsageError("%s was given an empty path (an unset shell variable?)" % option)
     if not args.child_out:  # the child is given the parent's --plot, which the parent checked
         outputs.check_outputs([("--json", None if args.json == "-" else args.json), ("--plot", args.plot),
+                               ("--trace", args.trace),
                                ("--_env", args.env_file if args.loops_only else None)],
                               [("--from-nsys", args.from_nsys, "the capture being judged"),
                                ("--from-ncu", args.from_ncu, "the capture being judged"),
@@ -144,11 +149,16 @@ def check_paths(args):
     if args.loops_only:  # it runs the loops for a profiler, and judges nothing: these would be ignored
         given = [o for o, v in (("--json", args.json), ("--plot", args.plot), ("--markdown", args.markdown),
                                 ("--hunt-fix", args.hunt_fix), ("--strict-policy", args.strict_policy),
-                                ("--policy-report", args.policy_report), ("--ablation", args.ablation)) if v]
+                                ("--policy-report", args.policy_report), ("--ablation", args.ablation),
+                                ("--trace", args.trace)) if v]
         if given:
             raise UsageError("--loops-only gives no verdict, so %s would be ignored: give %s to the judge of "
                              "its capture (--from-nsys or --from-ncu, or run_nsys.sh -- OPTIONS)"
                              % (", ".join(given), "it" if len(given) == 1 else "them"))
+    if args.trace is not None and not args.trace.endswith((".tar.gz", ".tgz")):
+        raise UsageError("--trace %s: name a .tar.gz, the archive it writes" % args.trace)
+    if args.trace is not None and (args.from_nsys is not None or args.from_ncu is not None):
+        raise UsageError("--trace needs a run of torch, and a capture is judged without one: run without --from-nsys/--from-ncu")
     if args.bench_json is not None and not args.policy_report:
         raise UsageError("--bench-json goes with --policy-report")
     if args.bench_json is not None:
@@ -190,6 +200,8 @@ def run(script_path, argv):
         if args.loops_only:
             return loops_only_exit(raw, args.env_file, argv)
         report = report_from_child(raw, args.terms, args.strict_policy)
+        if args.trace:
+            report["trace"] = write_trace(args.trace_dir, args.trace)
     # What reruns it: a judge of a capture file alone reruns on the file, whatever its environment.
     report["rerun_env"] = rerun_env(os.environ, through_run_nsys=bool(capture_run)) \
         if capture_run or (args.from_nsys is None and args.from_ncu is None) else {}
@@ -347,6 +359,8 @@ def run_child(script_path, args):
     env.setdefault("TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE", "1")
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # the report's code picks cuda whenever torch sees a GPU
+    if args.trace:
+        env["TORCH_TRACE"] = args.trace_dir = tempfile.mkdtemp(prefix="sac_repro_trace_")
     fd, out_path = tempfile.mkstemp(prefix="sac_repro_", suffix=".json")
     os.close(fd)
     cmd = [sys.executable, ENTRY, "--_child", out_path, "--device", args.device]
@@ -392,6 +406,23 @@ def run_child(script_path, args):
         return json.loads(content), text
     finally:
         os.unlink(out_path)
+
+
+def write_trace(folder, path):
+    """--trace: the child's TORCH_TRACE folder as one .tar.gz at path; returns what it holds."""
+    import tarfile
+    try:
+        names = sorted(os.listdir(folder))
+        def write(target):
+            with tarfile.open(target, "w:gz") as tar:
+                for name in names:
+                    tar.add(os.path.join(folder, name), arcname=os.path.join("torch_trace", name))
+        outputs.replace_atomically(path, write)
+    except OSError as e:
+        raise OutputError("cannot write --trace %s: %s" % (path, e.strerror or e))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"path": path, "logs": names}
 
 
 def pass_on_progress(stream, log):

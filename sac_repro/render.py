@@ -250,6 +250,12 @@ def ablation_lines(report):
     return []
 
 
+def trace_line(trace):
+    return ("trace: %s, %d TORCH_TRACE log%s of Dynamo, AOTAutograd and Inductor, to attach (`tlparse` reads "
+            "them). They hold what was compiled, not what was skipped: Dynamo's skip of f under SAC is only in "
+            "its debug log (the `dynamo` lines)." % (trace["path"], len(trace["logs"]), "" if len(trace["logs"]) == 1 else "s"))
+
+
 def table(rows, header):
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header] + rows]
@@ -278,6 +284,8 @@ def render_text(report):
     if report.get("inductor_extern_mm") and policy_section(report):
         out.append("inductor's output code calls: " + report["inductor_extern_mm"])
     out += ablation_lines(report)
+    if report.get("trace"):
+        out.append(trace_line(report["trace"]))
     if report["errors"].get("loops_error"):
         out.append("the report's loops raised Dynamo's error for a fullgraph=True function it skipped: "
                    + report["errors"]["loops_error"])
@@ -331,6 +339,9 @@ def render_markdown(report, command, script_path, collect_env):
         out += ["<details><summary>The fix: torch/utils/checkpoint.py, 2.9.1 against 2.10.0 (the wheels' "
                 "sources)</summary>", "", "```diff", fix_hunk().rstrip(), "```", "", "</details>", ""]
     out += ["### Error logs", ""] + error_logs(report) + ["", "### Versions", ""]
+    if report.get("trace"):  # the archive is attached to the issue: name it, no instruction
+        out[-2:-2] = ["", trace_line(report["trace"]).replace("trace: %s" % report["trace"]["path"],
+                                                             "The TORCH_TRACE logs: `%s`" % os.path.basename(report["trace"]["path"]))]
     out += versions_details(report["env"], collect_env)
     return "\n".join(out)
 

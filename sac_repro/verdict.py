@@ -114,8 +114,10 @@ def class_counts(names):
 
 def refused_to_run_eagerly(e):
     """From 2.12 on, a fullgraph=True function that Dynamo skips raises instead of running eagerly:
-    the same skip, made loud. Any other exception is the torch under test failing."""
-    return "found no compiled frames" in str(e)
+    the same skip, made loud, with the frames it skipped listed ("- f (FILE:LINE): reason"). Only
+    a refusal of the report's f counts; any other exception (another function refused, say) is
+    the torch under test failing."""
+    return "found no compiled frames" in str(e) and re.search(r"^\s*- f \(", str(e), re.M) is not None
 
 
 def eager_label(name):
@@ -150,6 +152,7 @@ def summarize(calls, shows=None):
     return {"shows": shows, "calls": kinds, "call_classes": [class_counts(c) for c in calls],
             "compiled_calls": kinds.count("compiled"), "eager_calls": kinds.count("eager"),
             "refused_calls": sum(c is None for c in calls),
+            "mixed_calls": sum(c is not None and {"compiled", "eager"} <= {classify(n).cls for n in c} for c in calls),
             "eager_pointwise": {n: total[n] for n in sorted(total) if classify(n).cls == "eager"},
             "kernels": kernels, "kernels_by_class": by_family(kernels)}
 
@@ -198,8 +201,9 @@ def decide(scenarios, policy, strict_policy):
             how = "no compiled code, eager " + ", ".join(eager_label(k) for k in case["eager_pointwise"])
         return "reproduced", "%s (%s), while all %d calls of the control ran compiled code" % (what, how, n)
     if case["compiled_calls"] < m:
-        return "cannot_test", ("%d of %d calls under SAC showed neither compiled code nor f's eager ops"
-                               % (m - case["compiled_calls"], m))
+        return "cannot_test", ("%d of %d calls under SAC showed %s" % (
+            m - case["compiled_calls"], m, "both compiled code and f's eager ops" if case.get("mixed_calls")
+            else "neither compiled code nor f's eager ops"))
     if strict_policy:
         ignored = policy.get("with_context_matmul_recomputed_in_backward")
         if ignored is None:

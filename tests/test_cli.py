@@ -473,3 +473,32 @@ def test_an_output_under_the_longest_legal_name_is_written(tmp_path, option, ext
     rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, option, str(out))
     assert rc == 0, stderr
     assert out.stat().st_size > 0 and os.listdir(tmp_path) == [out.name]
+
+
+def test_trace_writes_an_archive_that_tlparse_reads(tmp_path):
+    """--trace: this run's TORCH_TRACE log as one .tar.gz to attach, as PyTorch's bug template asks."""
+    import shutil as sh
+    import tarfile
+    archive = tmp_path / "trace.tar.gz"
+    rc, stdout, stderr = run(sys.executable, "--device", "cpu", "--trace", str(archive),
+                             env={"PYTHONPATH": os.path.join(ROOT, "tools", "revert_fix")})
+    assert rc == 1, stdout + stderr
+    assert "trace: %s, 1 TORCH_TRACE log" % archive in stdout and "Dynamo's skip of f under SAC is only in" in stdout
+    with tarfile.open(archive) as tar:
+        (log,) = [m.name for m in tar.getmembers() if m.isfile()]
+        tar.extractall(tmp_path / "x")
+    assert log.startswith("torch_trace/dedicated_log_torch_trace_") and log.endswith(".log")
+    text = (tmp_path / "x" / log).read_text()
+    assert "inductor_output_code" in text and "non-infra torch dispatch mode" not in text  # what it holds, and not
+    tlparse = sh.which("tlparse", path=os.path.dirname(sys.executable)) or sh.which("tlparse")
+    if tlparse:  # PyTorch's own reader of these logs, where it installs
+        proc = subprocess.run([tlparse, str(tmp_path / "x" / log), "-o", str(tmp_path / "parsed"), "--no-browser"],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and (tmp_path / "parsed" / "index.html").exists(), proc.stderr
+
+
+@pytest.mark.parametrize("args, says", [(["--trace", "t.zip"], "name a .tar.gz"),
+                                        (["--from-nsys", FIXED_CSV, "--trace", "t.tar.gz"], "--trace needs a run of torch")])
+def test_trace_usage_errors(args, says):
+    rc, stdout, stderr = judge(*args)
+    one_line_error(rc, stdout, stderr, says)

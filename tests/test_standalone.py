@@ -48,7 +48,7 @@ def test_alone_with_the_fix_reverted_it_answers_1_in_dynamos_words(tmp_path):
 
 
 @pytest.mark.parametrize("switch, why", [
-    ("TORCHDYNAMO_DISABLE", "the control, without SAC, ran no compiled code"),
+    ("TORCHDYNAMO_DISABLE", "the control, without SAC, did not run compiled code alone"),
     ("TORCH_COMPILE_DISABLE", "found no compiled frames"),  # raised by the control's first call
 ])
 def test_alone_with_compile_switched_off_it_cannot_tell(tmp_path, switch, why):
@@ -62,8 +62,30 @@ def test_alone_in_a_python_without_torch_it_cannot_tell(tmp_path):
     """-S: this Python without its site-packages, so without torch."""
     rc, line, _, stderr = run_alone(tmp_path, sys.executable, "-S")
     assert rc == 125, line
-    assert "ModuleNotFoundError: No module named 'torch'" in line and "no torch" in line
+    assert "ModuleNotFoundError: No module named 'torch'" in line and "torch did not import" in line
     assert "Traceback" in stderr  # Python's own report of the error stays
+
+
+def test_alone_with_stdout_closed_an_error_is_still_125(tmp_path):
+    """The answer's line cannot be written: the exit code stands. It was 1 ('Error in
+    sys.excepthook'), read as "reproduces"."""
+    (tmp_path / "repro.py").write_bytes(open(SCRIPT, "rb").read())
+    for stdout in (None, "/dev/full"):
+        with open(stdout or os.devnull, "w") as sink:
+            cmd = [sys.executable, "-S", str(tmp_path / "repro.py")]
+            proc = subprocess.run(["bash", "-c", '"$@" >&-', "-"] + cmd, capture_output=True, timeout=120) if stdout is None \
+                else subprocess.run(cmd, stdout=sink, stderr=subprocess.PIPE, timeout=120)
+        assert proc.returncode == 125, (stdout, proc.stderr[-500:])
+
+
+def test_alone_beside_a_broken_torch_folder_it_cannot_tell(tmp_path):
+    """A torch/ folder without __init__.py beside the script (a leftover) imports as an empty
+    namespace: no version to read. It crashed the answer twice, exit 1."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "repro.py").write_bytes(open(SCRIPT, "rb").read())
+    proc = subprocess.run([sys.executable, "-S", str(tmp_path / "repro.py")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 125, proc.stderr[-1000:]
+    assert proc.stdout.startswith("f_compiled under SAC: cannot tell (ModuleNotFoundError") and "torch ?, git ?" in proc.stdout
 
 
 def test_alone_it_refuses_options(tmp_path):
@@ -110,6 +132,48 @@ def test_the_reports_code_is_there_and_the_additions_are_fewer_lines():
     assert len(dropped) == len(changed) == 6, (dropped, changed)  # device="cuda" twice, torch.cuda.nvtx four times
     added = len(block) - kept - len(changed)
     assert added < len(report) and added <= 15, added
+
+
+# Another function than f refused by Dynamo under a mode, inside the SAC checkpoint: not #161889.
+OTHER_REFUSED = """import torch, torch.utils.checkpoint as c
+from torch.utils._python_dispatch import TorchDispatchMode
+class Mode(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+helper = torch.compile(lambda t: t + 1, fullgraph=True)
+real = c.checkpoint
+def checkpoint(fn, *args, context_fn=None, **kwargs):
+    if context_fn is not None:
+        with Mode():
+            helper(args[0])
+        return real(fn, *args, context_fn=context_fn, **kwargs)
+    return real(fn, *args, **kwargs)
+c.checkpoint = checkpoint
+"""
+# Ctrl-C while the answer is formed after an error: 130, never Python's 1.
+INTERRUPTED_ANSWER = """import runpy, traceback
+runpy.run_path(%r)  # the revert: the loop raises Dynamo's refusal, and the answer starts
+def walk_tb(tb):
+    raise KeyboardInterrupt
+traceback.walk_tb = walk_tb
+"""
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("site, rc, says", [
+    (OTHER_REFUSED, 125, "cannot tell (RuntimeError: torch.compile with fullgraph=True found no compiled frames"),
+    (INTERRUPTED_ANSWER % os.path.join(ROOT, "tools", "revert_fix", "sitecustomize.py"), 130, None),
+], ids=["another-function-refused", "ctrl-c-in-the-answer"])
+def test_alone_what_is_not_f_refused_is_not_an_answer(tmp_path, site, rc, says):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(site)
+    alone = tmp_path / "repro.py"
+    alone.write_bytes(open(SCRIPT, "rb").read())
+    proc = subprocess.run([sys.executable, str(alone)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")))
+    assert proc.returncode == rc, (proc.stdout, proc.stderr[-2000:])
+    if says:
+        assert says in proc.stdout and "- <lambda> (" in proc.stdout
 
 
 # Stands in for a crash of the torch under test in the report's SAC loop: never Python's exit 1.
