@@ -4,6 +4,7 @@ order the data flows:
 
     exits     exit codes (the `git bisect run` contract), signals, and the guard of every entry point
     cli       the judged run's command line: the child process, or a capture read
+    inputs    what it reads besides a capture: the bench's table, run_nsys.sh's hand-off
     measure   the child: runs the script as written, then the scenarios, under torch.profiler
     captures  nsys and ncu captures read into NVTX ranges and the kernels in each
     verdict   the kernel classifier, each call judged, the policy check

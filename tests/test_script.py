@@ -60,7 +60,8 @@ def test_progress_is_shown_while_it_runs(fixed_run):
     lines = [l for l in stderr.splitlines() if l.startswith("sac-repro: ")]
     assert lines[0] == "sac-repro: compiling f and running the report's two loops of 50 calls"
     assert "sac-repro: scenario with_context: 3 profiled calls" in lines
-    assert lines[-1] == "sac-repro: policy check: one profiled backward per scenario"
+    assert lines[-2:] == ["sac-repro: policy check: one profiled backward per scenario",
+                          "sac-repro: ablation: the case under each backend"]  # --markdown runs it
 
 
 def test_hunting_the_fix_swaps_only_0_and_1(fixed_run):
