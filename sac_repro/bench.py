@@ -218,7 +218,7 @@ def measure(args):
         try:
             loss, grads = loss_and_grads(model, x)
         except Exception as e:
-            if not refused_to_run_eagerly(e):
+            if not refused_to_run_eagerly(e, frame="forward"):
                 raise
             raise CannotTest(refusal(name, e))
         err = max(abs(loss.item() - ref_loss.item()) / abs(ref_loss.item()), max_rel_err(grads, ref_grads))

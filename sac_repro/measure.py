@@ -108,8 +108,8 @@ class DynamoSkips(logging.Handler):
 
 
 # ----------------------------------------------------------------------------- the report's code
+SCRIPT_MODULE = "__sac_repro__"  # the script's name here: not __main__, so its own answer stays unasked
 # What the scenarios read from the script's namespace: the script must keep defining them.
-SCRIPT_MODULE = "__sac_repro__"
 REPORT_NAMES = ("device", "x", "y", "f", "f_compiled", "policy_fn", "context_fn", "create_selective_checkpoint_contexts",
                 "checkpoint_fn_with_context", "checkpoint_fn_without_context")
 

@@ -112,16 +112,17 @@ def class_counts(names):
     return {c: out[c] for c in CLASSES if out[c]}
 
 
-def refused_to_run_eagerly(e):
+def refused_to_run_eagerly(e, frame="f"):
     """From 2.12 on, a fullgraph=True function that Dynamo skips raises instead of running eagerly:
     the same skip, made loud, with the frames it skipped listed ("- f (FILE:LINE): reason"), or none
-    where the skip stuck from an earlier call. A list without the report's f is another function
-    refused: that, and any other exception, is the torch under test failing."""
+    where the skip stuck from an earlier call. A list without `frame` (the report's f; the bench's
+    block's forward) is another function refused: that, and any other exception, is the torch
+    under test failing."""
     text = str(e)
     if "found no compiled frames" not in text:
         return False
     listed = re.findall(r"^\s*- (\S+) \(", text, re.M)  # none where the skip stuck from an earlier call
-    return not listed or "f" in listed
+    return not listed or frame in listed
 
 
 def eager_label(name):
