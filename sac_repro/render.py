@@ -329,8 +329,9 @@ def render_markdown(report, command, script_path, collect_env):
         out += markdown_table(rows, TABLE_HEADER)
     out += policy_section(report)
     if report.get("ablation"):
-        out += ["", "**Ablation**, the case under each backend (what the template asks): %s." % report["ablation"]["reading"], ""]
-        out += markdown_table(ablation_rows(report), ABLATION_HEADER)
+        out += ["", "**Ablation**, the case under each backend (what the template asks): %s." % report["ablation"]["reading"],
+                "", "<details><summary>The ablation, backend by backend</summary>", ""]
+        out += markdown_table(ablation_rows(report), ABLATION_HEADER) + ["", "</details>"]
     out += ["", "<details><summary>Repro: %s, the file that ran (standalone: saved and run, it prints "
             "its answer and exits 0, 1 where f ran eagerly or was refused under SAC, 125 where it cannot "
             "tell; [changed] and [added] mark the edits to the report)</summary>" % os.path.basename(script_path),
