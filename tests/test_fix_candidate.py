@@ -224,3 +224,25 @@ def test_pytorchs_own_sac_tests_have_the_same_outcomes_with_the_candidate(tmp_pa
     plain, candidate = pytorch_sac_tests(tmp_path, False), pytorch_sac_tests(tmp_path, True)
     assert list(plain.values()).count("passed") >= 16, plain  # the file ran, not only failed to import
     assert candidate == plain
+
+
+KEYS = """import functools, torch, sitecustomize as candidate
+mm = torch.ops.aten.mm.default
+def policy(ops, ctx, op, *args, **kwargs):
+    return op in ops
+def by_keyword(ctx, op, *args, ops=(), **kwargs):
+    return op in ops
+pairs = {"args": (functools.partial(policy, [mm]), functools.partial(policy, [])),
+         "keywords": (functools.partial(by_keyword, ops=[mm]), functools.partial(by_keyword, ops=[])),
+         "same": (functools.partial(policy, [mm]), functools.partial(policy, [mm]))}
+print({name: candidate.frozen(a) == candidate.frozen(b) for name, (a, b) in pairs.items()})
+"""
+
+
+def test_two_policies_that_are_partials_over_different_op_lists_get_different_graphs():
+    """The candidate keys a compiled graph on its policy: partials over different op lists, by
+    position or keyword, are two policies; over equal lists, one."""
+    env = dict({k: v for k, v in os.environ.items() if k != "SAC_FIX_CANDIDATE"}, PYTHONPATH=CANDIDATE)
+    proc = subprocess.run([sys.executable, "-c", KEYS], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "{'args': False, 'keywords': False, 'same': True}"
