@@ -308,10 +308,20 @@ def write_child_result(path, result):
     return EXIT_OK
 
 
+def shadowed_sitecustomize(pythonpath):
+    """The folders on PYTHONPATH whose sitecustomize.py never loads: Python imports the first one
+    only (tools/revert_fix and tools/fix_candidate at once, say). [(loaded, shadowed)]."""
+    found = [p for p in (pythonpath or "").split(os.pathsep) if p and os.path.isfile(os.path.join(p, "sitecustomize.py"))]
+    return [(found[0], p) for p in found[1:]]
+
+
 def run_child(script_path, args):
     """Runs the measured part; returns (result dict, its output). Crashes and hangs -> cannot_test.
     The child's progress lines go to stderr as they come; the rest is kept for a crash report."""
     env = dict(os.environ)
+    for loaded, shadowed in shadowed_sitecustomize(env.get("PYTHONPATH")):
+        say_error("note: PYTHONPATH holds two sitecustomize.py: %s's loads, %s's does not (Python imports "
+                  "the first only)" % (loaded, shadowed))
     # Names Inductor's C++ kernels (cpp_fused_*) in the CPU profile; CUDA kernels are named anyway.
     env.setdefault("TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE", "1")
     if args.device == "cpu":

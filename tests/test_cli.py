@@ -502,3 +502,10 @@ def test_trace_writes_an_archive_that_tlparse_reads(tmp_path):
 def test_trace_usage_errors(args, says):
     rc, stdout, stderr = judge(*args)
     one_line_error(rc, stdout, stderr, says)
+
+
+def test_two_sitecustomize_folders_on_pythonpath_are_named(tmp_path):
+    """tools/revert_fix and tools/fix_candidate at once: only the first loads, which was silent."""
+    revert, candidate = os.path.join(ROOT, "tools", "revert_fix"), os.path.join(ROOT, "tools", "fix_candidate")
+    assert cli.shadowed_sitecustomize(os.pathsep.join([revert, str(tmp_path), candidate])) == [(revert, candidate)]
+    assert cli.shadowed_sitecustomize(revert) == [] and cli.shadowed_sitecustomize("") == []
