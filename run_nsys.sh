@@ -219,6 +219,8 @@ elif command -v ncu >/dev/null 2>&1; then
     --metrics gpu__time_duration.sum "$py" "$engine" --loops-only --_env "$handoff" ${capture[@]+"${capture[@]}"}
   [ $rc -eq 125 ] && { note "the capture run says cannot_test (exit 125): not judged"; exit 125; }
   [ -s "$fresh" ] || { echo "cannot_test: ncu wrote nothing (exit $rc)" >&2; exit 125; }
+  # ncu without the counters' permission runs the app and prints only its own ==PROF== lines
+  grep -q '== NVTX State ==' "$fresh" || { echo "cannot_test: ncu wrote no per-NVTX summary (exit $rc); $name.ncu.txt left as it was" >&2; exit 125; }
   chmod "$(printf '%o' $(( 0666 & ~0$(umask) )))" "$fresh" && mv -f "$fresh" "$name.ncu.txt" || die "cannot write $name.ncu.txt"
   fresh=""
   handed

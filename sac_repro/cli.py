@@ -189,7 +189,11 @@ def run(script_path, argv):
                                    capture_run)
     else:
         capture_run = None
-        raw, log = run_child(script_path, args)
+        try:
+            raw, log = run_child(script_path, args)
+        except BaseException:  # interrupted: the trace it was collecting goes with it
+            shutil.rmtree(getattr(args, "trace_dir", None) or os.devnull + "/none", ignore_errors=True)
+            raise
         if raw["status"] == "our_bug":
             where = re.findall(r'File "([^"]+)", line (\d+)', raw.get("traceback", ""))
             at = " (at %s:%s)" % (os.path.basename(where[-1][0]), where[-1][1]) if where else ""

@@ -370,8 +370,9 @@ def remove_leftovers(cache):
     """NAME.partial and NAME.removing, and the downloads of processes that are gone: with the cache's
     lock held exclusive no install is under way, so these were cut short."""
     root, downloads = venvs_dir(cache), downloads_dir(cache)
-    found = [os.path.join(root, e) for e in listing(root) if e.endswith(LEFTOVERS)]
-    found += [os.path.join(downloads, e) for e in listing(downloads) if not alive(e)]
+    # only names this tool gives: torch-VERSION-HASH.partial, and a download folder named by its pid
+    found = [os.path.join(root, e) for e in listing(root) if e.startswith("torch-") and e.endswith(LEFTOVERS)]
+    found += [os.path.join(downloads, e) for e in listing(downloads) if e.isdigit() and not alive(e)]
     for path in found:
         if os.path.isdir(path) and not os.path.islink(path) and inside(cache, path):
             shutil.rmtree(path, ignore_errors=True)

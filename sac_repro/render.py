@@ -47,8 +47,9 @@ DEFAULT_CAPTURE = "torch_compile_selective_activation_checkpoint"
 
 # The variables of the run's environment that change what runs: torch's, Dynamo's and Inductor's
 # switches (TORCHDYNAMO_DISABLE, TORCH_COMPILE_DISABLE, TORCH_LOGS, ...), the candidate's mode,
-# the GPUs torch sees, and where Python finds modules (a revert, the candidate, anyone's patch).
-RERUN_VARIABLES = re.compile(r"TORCH.*|PYTORCH_.*|SAC_FIX_CANDIDATE|CUDA_VISIBLE_DEVICES|PYTHONPATH")
+# the GPUs torch sees, where Python finds modules (a revert, the candidate, anyone's patch), its
+# warnings filter, and the C++ compiler Inductor calls on the CPU.
+RERUN_VARIABLES = re.compile(r"TORCH.*|PYTORCH_.*|SAC_FIX_CANDIDATE|CUDA_VISIBLE_DEVICES|PYTHONPATH|PYTHONWARNINGS|CC|CXX")
 
 
 def rerun_env(environ, through_run_nsys=False):
@@ -252,8 +253,8 @@ def ablation_lines(report):
 
 def trace_line(trace):
     return ("trace: %s, %d TORCH_TRACE log%s of Dynamo, AOTAutograd and Inductor, to attach (`tlparse` reads "
-            "them). They hold what was compiled, not what was skipped: Dynamo's skip of f under SAC is only in "
-            "its debug log (the `dynamo` lines)." % (trace["path"], len(trace["logs"]), "" if len(trace["logs"]) == 1 else "s"))
+            "them). They hold what was compiled, not what Dynamo skipped: a skip is only in its debug log (the "
+            "`dynamo` lines)." % (trace["path"], len(trace["logs"]), "" if len(trace["logs"]) == 1 else "s"))
 
 
 def table(rows, header):
@@ -366,10 +367,13 @@ def next_step(report):
                 "bundle's regression test (`tools/test_sac_compile_upstream.py`, for "
                 "`test/dynamo/test_activation_checkpointing.py`)%s." % (
                     ", and the second finding below as an issue of its own (#161889 is closed; "
-                    "`--policy-report` writes it)" if policy_section(report) else ""))
+                    "`--policy-report` writes it)" if policy_section(report) and report["env"].get("torch") else ""))
     if report["scenarios"][CASE].get("eager_calls") and any(c["label"] == REVERTED for c in changed):
         return ("none for torch: this run undid the 2.10 fix in-process on purpose (%s); without that, "
                 "this torch does not reproduce." % changes_said(changed))
+    if report["scenarios"][CASE].get("eager_calls") and not report["env"].get("torch"):
+        return ("run `python3 -m sac_repro` on the torch that made this capture: it says which torch that is, and "
+                "what changed it in-process, which a capture alone cannot.")
     if report["scenarios"][CASE].get("eager_calls"):
         return ("upgrade to torch 2.10.0 or later, where it is fixed; until then put the checkpoint inside "
                 "the compiled function (`torch.compile(lambda x, y: checkpoint(f, x, y, use_reentrant=False, "
@@ -381,9 +385,10 @@ def error_logs(report):
     """Dynamo's own words, and the error a loop raised: the template's Error logs."""
     logs = dynamo_lines(report) + (["the report's loops raised: " + report["errors"]["loops_error"]]
                                    if report["errors"].get("loops_error") else [])
+    if report["verdict"] == "cannot_test":
+        logs.append(report["reason"])
     if not logs:
-        return ["None: nothing raised%s." % (", and Dynamo logged no skip of f" if report["verdict"] != "cannot_test"
-                                             else "; " + report["reason"])]
+        return ["None: nothing raised, and Dynamo logged no skip of f."]
     return ["```"] + logs + ["```"]
 
 

@@ -401,3 +401,20 @@ def test_a_wheel_is_known_by_all_of_its_bytes(tmp_path):
     b.write_bytes(body[:-1] + bytes([body[-1] ^ 1]))
     assert builds.sha256_of(str(a)) == hashlib.sha256(body).hexdigest()
     assert builds.file_sha256(str(a), str(tmp_path)) != builds.file_sha256(str(b), str(tmp_path))
+
+
+@pytest.mark.unit
+def test_a_prune_of_a_cache_named_on_a_users_folder_removes_only_its_own(tmp_path):
+    """`--cache ~` with a ~/downloads of the user's: folders there not named by a pid, and .partial
+    folders not named as this tool names its environments, are the user's."""
+    cache = tmp_path / "home"
+    for folder in ("downloads/my_photos", "downloads/2024-taxes", "venvs/proj.partial"):
+        (cache / folder).mkdir(parents=True)
+        (cache / folder / "keep.txt").write_text("mine")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (cache / "downloads" / str(gone.pid)).mkdir()
+    (cache / "venvs" / "torch-2.9.1-0123456789abcdef.partial").mkdir()
+    envs.prune(str(cache), keep=0)
+    assert sorted(os.listdir(cache / "downloads")) == ["2024-taxes", "my_photos"]
+    assert os.listdir(cache / "venvs") == ["proj.partial"]

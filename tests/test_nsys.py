@@ -709,3 +709,15 @@ def test_the_ncu_fallback_passes_the_judges_options_on(fake_tools):
     assert json.loads(out.read_text())["verdict"] == "not_reproduced"
     assert stdout.startswith("### ") and "ncu" in stdout
     assert "--hunt-fix" in stdout  # the paste's command reruns it so
+
+
+def test_an_ncu_that_prints_no_summary_leaves_the_earlier_one(fake_tools):
+    """ncu without the counters' permission runs the app and prints only ==PROF== lines: not empty,
+    and no summary. It replaced a good NAME.ncu.txt with them, then failed as a usage error (128)."""
+    fake_tools.install("ncu", '#!/bin/bash\necho "ncu $*" >> "$FAKE_LOG"\necho "==PROF== Connected to process 1"\n'
+                              'echo "==ERROR== ERR_NVGPUCTRPERM - no permission to access NVIDIA GPU Performance Counters"\n')
+    earlier = fake_tools.tmp / "mine.ncu.txt"
+    earlier.write_text("an earlier summary\n")
+    got, stdout, stderr, _ = fake_tools("-o", "mine")
+    assert got == 125, stdout + stderr
+    assert "ncu wrote no per-NVTX summary" in stderr and earlier.read_text() == "an earlier summary\n"

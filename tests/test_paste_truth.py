@@ -93,3 +93,26 @@ def test_a_reproducing_paste_has_one_finding(child):
     report, md = markdown(recorded(child))
     assert report["verdict"] == "reproduced" and report["policy"]
     assert "#### " not in md and "second finding" not in md
+
+
+def test_the_command_carries_pythons_warnings_filter_and_the_compiler():
+    """PYTHONWARNINGS=error made the run 125; the printed Command, without it, answered 0."""
+    environ = {"PYTHONWARNINGS": "error", "CXX": "/opt/gcc/bin/g++", "HOME": "/root"}
+    report = {"rerun_env": render.rerun_env(environ), "torch_changes": []}
+    assert render.rerun_command(report, None, ["--markdown"]) == \
+        "CXX=/opt/gcc/bin/g++ PYTHONWARNINGS=error python3 -m sac_repro --markdown"
+
+
+def test_error_logs_of_a_build_that_raised_say_what_it_raised():
+    """'None: nothing raised; the torch under test raised ...' said both."""
+    raw = recorded(FIXED)
+    raw.update(status="torch_error", reason="BackendCompilerFailed: backend='inductor' raised")
+    report = verdict.report_from_child(raw, "regression", False)
+    logs = render.error_logs(report)
+    assert "None" not in logs[0] and "BackendCompilerFailed: backend='inductor' raised" in logs
+
+
+def test_a_capture_judged_alone_asks_for_the_run_not_an_upgrade():
+    rc, stdout, _ = judge("--from-nsys", REVERTED_CSV, "--markdown")
+    step = next(l for l in stdout.splitlines() if l.startswith("- **Next step:**"))
+    assert "2.10.0 or later" not in step and "python3 -m sac_repro" in step
