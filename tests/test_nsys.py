@@ -610,8 +610,11 @@ def test_under_the_revert_the_capture_run_names_it_and_quotes_dynamo(fake_tools)
                       "this is not supported today in torch.compile)")
 
 
-def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path):
+def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path, monkeypatch):
     """What the capture run handed over is what the judge's text, markdown and JSON say."""
+    from sac_repro import render
+    for k in [k for k in os.environ if render.RERUN_VARIABLES.fullmatch(k)]:  # this shell's own switches
+        monkeypatch.delenv(k)
     change = {"label": "the 2.10 fix reverted in-process", "file": os.path.join(ROOT, "tools", "revert_fix", "sitecustomize.py"),
               "pythonpath": os.path.join(ROOT, "tools", "revert_fix"), "env": {}}
     handoff = tmp_path / "handoff.json"
