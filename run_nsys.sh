@@ -123,7 +123,7 @@ check_options() {
   [ ${#judge_opts[@]} -eq 0 ] || parse_options "${from[@]}" "${judge_opts[@]}"
 }
 parse_options() {
-  "$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from sac_repro import cli; sys.exit(cli.check_options(sys.argv[2:]))' \
+  "$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from sac_repro.judge import cli; sys.exit(cli.check_options(sys.argv[2:]))' \
     "$here" "$@" || exit 128
 }
 
@@ -158,7 +158,7 @@ check_options
 identity() { stat -c '%i %s %y' "$1" 2>/dev/null || echo none; }
 
 # The capture run writes here the torch it ran, what changed that torch in-process (the revert in
-# tools/revert_fix, say) and what Dynamo said; the judge of its capture names them.
+# sac_repro/revert_fix, say) and what Dynamo said; the judge of its capture names them.
 handoff=$(mktemp "${TMPDIR:-/tmp}/run_nsys_run.XXXXXX") || die "cannot create a temporary file (TMPDIR=${TMPDIR:-/tmp})"
 # The judge's --_env: only when the capture run wrote it.
 handed() { handed=(); if [ -s "$handoff" ]; then handed=(--_env "$handoff"); fi; }

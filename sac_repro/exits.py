@@ -22,7 +22,7 @@ CODES = (
     (EXIT_ABORT, "-", "usage error, output that could not be written, or a bug in this bundle (aborts a bisect); "
      "128+n: ended by signal n"),
 )
-# The bench (tools/bench_sac_compile.py) gives no verdict: it measures, or says why it could not.
+# The bench (sac_repro/bench/bench_sac_compile.py) gives no verdict: it measures, or says why it could not.
 BENCH_CODES = (
     (EXIT_OK, "measured", "every arrangement matched eager and was timed: the table printed, --json and "
      "--plot written"),

@@ -12,7 +12,7 @@ from .exits import OutputError, UsageError
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 # What the bundle ships, for a copy that git does not track (a tarball, a folder copied around).
 BUNDLE_PARTS = ("torch_compile_selective_activation_checkpoint.py", "run_nsys.sh", "requirements.txt",
-                "README.md", "expected_output.md", "sac_repro", "tools", "docs", "tests", ".ci")
+                "README.md", "expected_output.md", "sac_repro", "docs", "tests", ".ci")
 
 
 def check_outputs(outputs, inputs=()):

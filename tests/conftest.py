@@ -17,7 +17,6 @@ SCRIPT = os.path.join(ROOT, "torch_compile_selective_activation_checkpoint.py")
 JUDGED = os.path.join(ROOT, "sac_repro")  # the judged run, `python3 -m sac_repro`, called by path
 DATA = os.path.join(ROOT, "tests", "data")
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tools"))
 from sac_repro.exits import HANDLED_SIGNALS  # noqa: E402
 # Recorded files, not tests: PyTorch's import header there is named like a test module, and
 # collecting it would import torch into every run, the torch-free unit subset included
@@ -46,7 +45,7 @@ def restore_signal_handlers():
 def judge(*args):
     """The judged run's command line in this process (fast, and visible to a mutation tool):
     (exit code, stdout, stderr). For what needs no torch: reading captures, usage errors."""
-    from sac_repro import cli
+    from sac_repro.judge import cli
     handlers = {s: signal.getsignal(s) for s in HANDLED_SIGNALS}
     out, err = io.StringIO(), io.StringIO()
     try:
@@ -105,14 +104,14 @@ def shared_run(tmp_path_factory, name, command):
 
 # As a user types them, in the bundle's folder: the markdown's Command must give them back.
 FIXED_COMMAND = "python3 -m sac_repro --device cpu --markdown"
-REVERTED_COMMAND = "PYTHONPATH=tools/revert_fix " + FIXED_COMMAND
+REVERTED_COMMAND = "PYTHONPATH=sac_repro/revert_fix " + FIXED_COMMAND
 
 
 @pytest.fixture(scope="session")
 def fixed_run(tmp_path_factory):
     """The torch of this environment (the test set-up pins a fixed release, 2.13.0), as shipped:
     (exit code, JSON report, its text as the script prints it, stderr, markdown)."""
-    from sac_repro import render
+    from sac_repro.judge import render
     rc, report, markdown, stderr = shared_run(tmp_path_factory, "fixed_run", FIXED_COMMAND + " --json {json}")
     assert tuple(int(v) for v in report["torch_version"].split(".")[:2]) >= (2, 10), report["torch_version"]
     return rc, report, render.render_text(report), stderr, markdown
@@ -120,9 +119,9 @@ def fixed_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def reverted_run(tmp_path_factory):
-    """The same torch with the 2.10 fix reverted in-process by tools/revert_fix, as the README
+    """The same torch with the 2.10 fix reverted in-process by sac_repro/revert_fix, as the README
     says to see the bug on a fixed torch: as fixed_run."""
-    from sac_repro import render
+    from sac_repro.judge import render
     rc, report, markdown, stderr = shared_run(tmp_path_factory, "reverted_run", REVERTED_COMMAND + " --json {json}")
     return rc, report, render.render_text(report), stderr, markdown
 
@@ -130,7 +129,7 @@ def reverted_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def release_python():
     """Python of a cached virtual environment with one PyPI torch release (built on first use)."""
-    from sac_repro import builds, caches, envs
+    from sac_repro.bisecting import builds, caches, envs
 
     def get(version):
         cache = caches.cache_dir(None)

@@ -1,5 +1,5 @@
 """What tests/test_fix_candidate.py measures, in a child process of its own under the torch and the
-PYTHONPATH it is given (tools/fix_candidate or none): the report's f and an MLP block, each as eager
+PYTHONPATH it is given (sac_repro/policy/fix_candidate or none): the report's f and an MLP block, each as eager
 f, eager SAC, sac(compile(f)) and compile(sac(f)), with the matmuls computed in one forward and one
 backward (torch.profiler on the CPU), the largest difference from eager f of the output and every
 gradient, whether the compiled graph ran, and the warnings that name compile(sac(f)).
@@ -9,7 +9,7 @@ gradient, whether the compiled graph ran, and the warnings that name compile(sac
 two_policies: one compiled f under two policies in turn, sac(compile(f)), each policy's backward
 matmuls (the candidate guards a compiled frame on its policy). compile_sac_two_policies: the same
 for compile(sac(f)), each policy compiled on its own, as code that builds its compiled step in a
-helper does (tools/fix_candidate/repro_policy_guard.py, docs/fix.md).
+helper does (sac_repro/policy/fix_candidate/repro_policy_guard.py, docs/fix.md).
 """
 import copy
 import functools

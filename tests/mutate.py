@@ -3,7 +3,7 @@ mutant that no test kills is a line no test guards. Not a test itself: the relea
 for run_nsys.sh (tests/test_nsys.py); the other tables take too long for CI, and are run by hand:
 
     .venv-test/bin/python tests/mutate.py [FILE ...]     # default: every file that has a table
-    .venv-test/bin/python tests/mutate.py --only TEXT sac_repro/builds.py   # the mutants saying TEXT
+    .venv-test/bin/python tests/mutate.py --only TEXT sac_repro/bisecting/builds.py   # the mutants saying TEXT
 
 It prints one line per mutant (killed or SURVIVED, and its seconds), then a score per file, and
 exits 0 only when every mutant not marked equivalent was killed. A mutant is one textual change to
@@ -111,7 +111,7 @@ RUN_NSYS = [mutant(what, old, new, "tests/test_nsys.py") for what, old, new in [
 # say "the answer right, the cost not" and those marked equivalent (the reason in the mark); each
 # names the fast-tier tests that kill it.
 
-# ----------------------------------------------------------------------------- sac_repro/measure.py
+# ----------------------------------------------------------------------------- sac_repro/judge/measure.py
 SCRIPT_TESTS = "tests/test_script.py"
 MEASURE = [
     mutant("a profiled call profiles nothing",
@@ -177,7 +177,7 @@ MEASURE = [
            SCRIPT_TESTS, k="policy"),
 ]
 
-# ----------------------------------------------------------------------------- tools/bisect_torch.py
+# ----------------------------------------------------------------------------- sac_repro/bisecting/bisect_torch.py
 ARGS_TESTS = "tests/test_bisect_args.py"
 BISECT_TESTS = "tests/test_bisect.py"
 BUILDS_TESTS = "tests/test_builds.py"
@@ -297,7 +297,7 @@ BISECT = [
            ARGS_TESTS, k="test_a_file_url_index_is_its_folder"),
 ]
 
-# ----------------------------------------------------------------------------- sac_repro/indexes.py
+# ----------------------------------------------------------------------------- sac_repro/bisecting/indexes.py
 INDEXES = [
     mutant("a nightly of another day of the month is taken for the date",
            "    stamp = \".dev\" + day.replace(\"-\", \"\")", "    stamp = \".dev\" + day.replace(\"-\", \"\")[:6]",
@@ -354,7 +354,7 @@ INDEXES = [
            BUILDS_TESTS, k="test_one_nightly_in_one_command_from_either_layout and pep503"),
 ]
 
-# ----------------------------------------------------------------------------- sac_repro/caches.py
+# ----------------------------------------------------------------------------- sac_repro/bisecting/caches.py
 CACHE_CHECKS = "test_a_cache_that_cannot_be_one or test_a_cache_from_the_environment"
 CACHES = [
     mutant("a cache under a file is taken: an internal error at its first write",
@@ -384,7 +384,7 @@ CACHES = [
            "entry), never the root, and a symlink that could resolve to it is passed over first"),
 ]
 
-# ----------------------------------------------------------------------------- sac_repro/builds.py
+# ----------------------------------------------------------------------------- sac_repro/bisecting/builds.py
 BUILDS = [
     mutant("a wheel's git_version is not read: every nightly step is a wrong wheel",
            "    m = GIT_VERSION.search(text)\n    return m.group(1) if m else None", "    return None",
@@ -427,7 +427,7 @@ BUILDS = [
            ARGS_TESTS, k="test_a_wheel_whose_index_gives_its_hash_is_not_downloaded_to_be_hashed"),
 ]
 
-# ----------------------------------------------------------------------------- sac_repro/envs.py
+# ----------------------------------------------------------------------------- sac_repro/bisecting/envs.py
 ENVS = [
     mutant("a local wheel's unpacked size is not asked for",
            "        return 3 * os.path.getsize(wheel_path) + 0.3 * GB", "        return os.path.getsize(wheel_path)",
@@ -495,12 +495,12 @@ ENVS = [
 
 TABLES = {
     "run_nsys.sh": RUN_NSYS,
-    "sac_repro/measure.py": MEASURE,
-    "tools/bisect_torch.py": BISECT,
-    "sac_repro/indexes.py": INDEXES,
-    "sac_repro/caches.py": CACHES,
-    "sac_repro/builds.py": BUILDS,
-    "sac_repro/envs.py": ENVS,
+    "sac_repro/judge/measure.py": MEASURE,
+    "sac_repro/bisecting/bisect_torch.py": BISECT,
+    "sac_repro/bisecting/indexes.py": INDEXES,
+    "sac_repro/bisecting/caches.py": CACHES,
+    "sac_repro/bisecting/builds.py": BUILDS,
+    "sac_repro/bisecting/envs.py": ENVS,
 }
 
 

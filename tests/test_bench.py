@@ -12,7 +12,7 @@ import pytest
 
 from conftest import data, one_line_error, ROOT
 
-BENCH = os.path.join(ROOT, "tools", "bench_sac_compile.py")
+BENCH = os.path.join(ROOT, "sac_repro", "bench", "bench_sac_compile.py")
 ARRANGEMENTS = ("eager", "eager SAC", "compiled, no checkpoint", "sac(compile(block)) [reported]",
                 "compile(sac(block)) [workaround]", "sac(compile(block, wrap_inductor_compiled_regions))")
 
@@ -51,7 +51,7 @@ def test_bench_smoke_runs_every_arrangement(tmp_path):
         assert "%.3f" % row["median"] == printed[name][-6]
         assert printed[name][-1] == ("-" if row["bwd_mm"] is None else str(row["bwd_mm"]))
     if has_matplotlib:
-        from sac_repro import plot
+        from sac_repro.judge import plot
         assert (tmp_path / "bench.png").read_bytes().startswith(b"\x89PNG")
         assert plot.bench_series(table) == [(n, r["median"], r["mem"], r["bwd_mm"]) for n, r in table["rows"].items()]
 
@@ -62,10 +62,10 @@ def test_bench_with_the_fix_reverted_names_it(tmp_path):
     sac(compile(block)) raises Dynamo's error instead of running eagerly: nothing to time (125),
     said in one line with Dynamo's reason; before 2.12 the whole table names the change."""
     import torch
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tools", "revert_fix"))
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "sac_repro", "revert_fix"))
     proc = subprocess.run([sys.executable, BENCH, "--device", "cpu", "--small", "--json", str(tmp_path / "b.json")],
                           capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
-    said = "the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)"
+    said = "the 2.10 fix reverted in-process (sac_repro/revert_fix/sitecustomize.py)"
     if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 12):
         assert proc.returncode == 125, proc.stdout + proc.stderr
         assert proc.stderr.splitlines()[-1] == (
@@ -98,7 +98,7 @@ def test_fsdp_smoke_runs_every_arrangement_on_two_processes():
 def bench(monkeypatch, *args):
     """The bench's command line in this process: (exit code, stdout, stderr). Exiting through
     SystemExit is how a script would have exited; a message instead of a code exits 1."""
-    import bench_sac_compile
+    from sac_repro.bench import bench_sac_compile
     monkeypatch.setattr(sys, "argv", [BENCH] + [str(a) for a in args])
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -114,7 +114,7 @@ def no_work(monkeypatch):
     """The first thing the bench makes is its weights, from a torch.Generator: reaching it means
     the bench started measuring."""
     import torch
-    from sac_repro import bench as measured  # noqa: F401  (imported whole before torch is patched)
+    from sac_repro.bench import bench as measured  # noqa: F401  (imported whole before torch is patched)
     monkeypatch.setattr(torch, "Generator", lambda *a: pytest.fail("the bench started measuring"))
 
 
@@ -138,7 +138,7 @@ def test_fsdp_without_torchrun_is_a_usage_error(monkeypatch, no_work):
 ], ids=["ours", "torchs"])
 def test_an_error_in_the_bench_is_told_apart_by_where_it_was_raised(monkeypatch, raise_it, rc, says):
     import torch
-    from sac_repro import bench as measured  # noqa: F401  (imported whole before torch is patched)
+    from sac_repro.bench import bench as measured  # noqa: F401  (imported whole before torch is patched)
     monkeypatch.setattr(torch, "Generator", lambda *a: raise_it(torch))
     got, _, stderr = bench(monkeypatch, "--device", "cpu", "--small")
     assert got == rc, stderr
@@ -146,7 +146,7 @@ def test_an_error_in_the_bench_is_told_apart_by_where_it_was_raised(monkeypatch,
 
 
 def test_an_arrangement_that_differs_from_eager_cannot_be_measured(monkeypatch):
-    from sac_repro import bench as measured
+    from sac_repro.bench import bench as measured
     monkeypatch.setattr(measured, "max_rel_err", lambda got, ref: 1.0)
     rc, stdout, stderr = bench(monkeypatch, "--device", "cpu", "--small")
     assert rc == 125, (stdout, stderr)
@@ -173,7 +173,7 @@ def test_the_bench_never_writes_over_itself_or_one_output_over_the_other(monkeyp
     pytest.importorskip("matplotlib")
     kept(BENCH)
     rc, stdout, stderr = bench(monkeypatch, "--device", "cpu", "--small", "--json", BENCH)
-    one_line_error(rc, stdout, stderr, "--json %s is tools/bench_sac_compile.py, a file of this bundle" % BENCH)
+    one_line_error(rc, stdout, stderr, "--json %s is sac_repro/bench/bench_sac_compile.py, a file of this bundle" % BENCH)
     both = tmp_path / "b.png"
     rc, stdout, stderr = bench(monkeypatch, "--device", "cpu", "--small", "--json", both, "--plot", both)
     one_line_error(rc, stdout, stderr, "--plot %s is --json %s" % (both, both))
@@ -223,7 +223,8 @@ def test_a_bench_output_that_fails_midway_leaves_the_old_file(tmp_path, option, 
 
 
 def test_the_bench_builds_the_arrangements_of_the_one_table_and_the_recorded_table_names_them():
-    from sac_repro import bench, verdict
+    from sac_repro.bench import bench
+    from sac_repro.judge import verdict
     assert list(bench.arrangements()) == list(verdict.ARRANGEMENTS)
     recorded = json.load(open(data("h200-torch2.11", "bench.json")))
     assert set(recorded["rows"]) <= set(verdict.ARRANGEMENTS) and recorded["baseline"] == verdict.B_WORKAROUND

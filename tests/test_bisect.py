@@ -230,7 +230,7 @@ def test_interrupted_install_leaves_no_half_built_environment(nightly_world, tmp
 def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
     """The index page as PyTorch's nightly index writes it: quoted '+', hashes, several versions
     of one date around a branch cut, other Pythons and platforms."""
-    from sac_repro import indexes
+    from sac_repro.bisecting import indexes
     names = ["torch-2.9.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl",
              "torch-2.10.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_x86_64.whl",
              "torch-2.10.0.dev20250801%2Bcpu-{t}-{t}-manylinux_2_28_aarch64.whl",
@@ -252,7 +252,7 @@ def test_wheels_are_read_from_a_pep503_index_over_http(tmp_path):
 # ----------------------------------------------------------- edges: abort, never answer
 def test_a_search_whose_new_end_cannot_be_tested_aborts(monkeypatch, capsys):
     """NEW could not be installed (a full disk, say): the search has nothing to compare with."""
-    import bisect_torch
+    from sac_repro.bisecting import bisect_torch
     monkeypatch.setattr(bisect_torch.indexes, "release_versions", lambda index: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
     verdicts = {"2.8.0": "reproduced", "2.12.0": "cannot_test"}
     monkeypatch.setattr(bisect_torch, "test_build", lambda v, *a: verdicts[v])
@@ -263,7 +263,7 @@ def test_a_search_whose_new_end_cannot_be_tested_aborts(monkeypatch, capsys):
 
 
 def test_a_search_that_cannot_pin_the_release_says_so(monkeypatch, capsys):
-    import bisect_torch
+    from sac_repro.bisecting import bisect_torch
     monkeypatch.setattr(bisect_torch.indexes, "release_versions", lambda index: ["2.8.0", "2.9.1", "2.10.0", "2.12.0"])
     verdicts = {"2.8.0": "reproduced", "2.9.1": "cannot_test", "2.10.0": "cannot_test", "2.12.0": "not_reproduced"}
     monkeypatch.setattr(bisect_torch, "test_build", lambda v, *a: verdicts[v])

@@ -24,9 +24,11 @@ from hypothesis import example, given, settings, strategies as st
 from conftest import data
 from wheels import BISECT, nightly_repo, PYTAG, repro_python, ROOT, serve_index
 
-import bisect_torch
-from sac_repro import builds, caches, envs, exits, indexes, verdict
+from sac_repro.bisecting import bisect_torch
+from sac_repro.bisecting import builds, caches, envs, indexes
 
+from sac_repro import exits
+from sac_repro.judge import verdict
 pytestmark = pytest.mark.unit
 
 
@@ -729,7 +731,7 @@ def documented_steps():
     """Each `git bisect start` shown in the README, docs/bisecting.md and bisect_torch.py's --help,
     with the nightly-step command that follows it: (where, start's arguments, the step's)."""
     found = []
-    for path in ("README.md", os.path.join("docs", "bisecting.md"), os.path.join("tools", "bisect_torch.py")):
+    for path in ("README.md", os.path.join("docs", "bisecting.md"), os.path.join("sac_repro", "bisecting", "bisect_torch.py")):
         start = None
         for line in open(os.path.join(ROOT, path)):
             line = line.split("#")[0]

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from sac_repro import builds, envs, exits
+from sac_repro.bisecting import builds, envs
+from sac_repro import exits
 from wheels import (BISECT, bisect, build_stub_wheel, children_of, make_index, nightly_repo, PYTAG,  # noqa: F401
                     quick_venvs, serve_index, sha256_of, slow_venv)
 
@@ -76,8 +77,8 @@ def test_a_wheel_of_another_commit_from_a_url_is_removed_after_install(tmp_path)
 
 
 def test_too_little_free_space_aborts_before_any_install(tmp_path, monkeypatch, capsys):
-    import bisect_torch
-    from sac_repro import caches, envs
+    from sac_repro.bisecting import bisect_torch
+    from sac_repro.bisecting import caches, envs
     index = make_index(tmp_path / "index", "flat")
     monkeypatch.setattr(caches, "free_bytes", lambda path: int(0.05 * caches.GB))
     rc = bisect_torch.main(["nightly", "2025-09-07", "--index", str(index), "--cache", str(tmp_path / "cache")])
@@ -121,7 +122,7 @@ def test_the_cache_lists_and_prunes_only_its_own_environments(tmp_path):
 
 
 def test_release_indexes_for_variants():
-    from sac_repro import indexes
+    from sac_repro.bisecting import indexes
     assert indexes.release_index(None, None) is None
     assert indexes.release_index("cpu", None) == "https://download.pytorch.org/whl/cpu"
     assert indexes.release_index("cu128", "/my/index") == "/my/index"
@@ -193,7 +194,7 @@ def test_a_wheel_rebuilt_under_its_name_and_commit_is_installed_again(tmp_path):
 @pytest.mark.unit
 def test_a_folder_wheels_hash_is_read_once_until_the_file_changes(tmp_path, monkeypatch):
     """A cached step must not read a multi-GB wheel again: its hash is kept by path, size and times."""
-    from sac_repro import builds
+    from sac_repro.bisecting import builds
     wheel, cache = tmp_path / "w.whl", str(tmp_path / "cache")
     wheel.write_bytes(b"one")
     assert builds.file_sha256(str(wheel), cache) == hashlib.sha256(b"one").hexdigest()

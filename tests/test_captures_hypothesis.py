@@ -16,8 +16,8 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import ADD, GEMM, MUL, TRITON
 
-from sac_repro.captures import load_ranges
-from sac_repro.verdict import report_from_loops
+from sac_repro.judge.captures import load_ranges
+from sac_repro.judge.verdict import report_from_loops
 
 pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
 

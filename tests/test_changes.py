@@ -1,5 +1,5 @@
 """What torch really ran: a run with the 2.10 fix reverted in-process says so in each of its outputs
-(read from torch itself, sac_repro/changes.py), and Dynamo's own reason for skipping f is in the
+(read from torch itself, sac_repro/judge/changes.py), and Dynamo's own reason for skipping f is in the
 report, whole (measure.DynamoSkips). On torch 2.13 (this environment's), as shipped and reverted."""
 import os
 import re
@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from conftest import FIXED_COMMAND, REVERTED_COMMAND, ROOT
-from sac_repro import changes, plot
+from sac_repro.judge import changes, plot
 
-REVERT = os.path.join(ROOT, "tools", "revert_fix")
+REVERT = os.path.join(ROOT, "sac_repro", "revert_fix")
 DYNAMO_REASON = "skipping: f (reason: non-infra torch dispatch mode present, this is not supported today in torch.compile)"
 
 
@@ -26,7 +26,7 @@ def test_a_reverted_run_says_so_in_every_output(reverted_run):
     assert [c["label"] for c in report["torch_changes"]] == [changes.REVERTED]          # --json
     assert report["torch_changes"][0]["file"] == os.path.join(REVERT, "sitecustomize.py")
     env_line = text.splitlines()[0]                                                     # the text
-    assert env_line.endswith("| changed: the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)")
+    assert env_line.endswith("| changed: the 2.10 fix reverted in-process (sac_repro/revert_fix/sitecustomize.py)")
     assert "torch 2.13" in markdown and "**the 2.10 fix reverted in-process" in markdown.splitlines()[8]
     assert changes.REVERTED in plot.title(report)                                       # --plot
 
@@ -50,7 +50,7 @@ def run_python(code, pythonpath=None):
     return eval(proc.stdout.strip().splitlines()[-1])
 
 
-READ = "import torch, torch.utils.checkpoint\nfrom sac_repro.changes import torch_changes\n"
+READ = "import torch, torch.utils.checkpoint\nfrom sac_repro.judge.changes import torch_changes\n"
 
 
 def test_the_revert_is_read_from_torch_not_from_the_environment():
@@ -123,7 +123,7 @@ def test_a_folder_named_like_torchs_is_not_torch(tmp_path):
 
 # ------------------------------------------------------------------ the Command that reruns it
 def rerun(environ, changed=(), argv=("--markdown",)):
-    from sac_repro import render
+    from sac_repro.judge import render
     report = {"rerun_env": render.rerun_env(environ), "torch_changes": list(changed)}
     return render.rerun_command(report, None, list(argv)), render.command_line(report, "x")
 
@@ -132,9 +132,9 @@ def test_the_command_carries_the_switches_of_torch_and_the_candidate():
     """SAC_FIX_CANDIDATE=warn, TORCHDYNAMO_DISABLE=1, TORCH_COMPILE_DISABLE=1 were dropped: the
     Command, run as printed, gave another answer."""
     environ = {"SAC_FIX_CANDIDATE": "warn", "TORCHDYNAMO_DISABLE": "1", "TORCH_COMPILE_DISABLE": "1",
-               "TORCH_LOGS": "+dynamo", "HOME": "/root", "PATH": "/usr/bin", "PYTHONPATH": os.path.join(ROOT, "tools", "fix_candidate")}
+               "TORCH_LOGS": "+dynamo", "HOME": "/root", "PATH": "/usr/bin", "PYTHONPATH": os.path.join(ROOT, "sac_repro", "policy", "fix_candidate")}
     command, line = rerun(environ)
-    assert command == ("PYTHONPATH=tools/fix_candidate SAC_FIX_CANDIDATE=warn TORCHDYNAMO_DISABLE=1 "
+    assert command == ("PYTHONPATH=sac_repro/policy/fix_candidate SAC_FIX_CANDIDATE=warn TORCHDYNAMO_DISABLE=1 "
                        "TORCH_COMPILE_DISABLE=1 TORCH_LOGS=+dynamo python3 -m sac_repro --markdown")
     assert "does not rerun" not in line
 
@@ -150,7 +150,7 @@ def test_the_command_keeps_the_pythonpath_that_loaded_a_change_and_names_what_it
                          "does not load)" % revert["file"])
     loaded = {"label": changes.REVERTED, "file": os.path.join(REVERT, "sitecustomize.py"), "pythonpath": REVERT, "env": {}}
     command, line = rerun({}, [loaded])  # PYTHONPATH gone from the environment, the change still read
-    assert command == "PYTHONPATH=tools/revert_fix python3 -m sac_repro --markdown" and "does not rerun" not in line
+    assert command == "PYTHONPATH=sac_repro/revert_fix python3 -m sac_repro --markdown" and "does not rerun" not in line
 
 
 def run_in_bundle(command, env):
@@ -161,8 +161,8 @@ def run_in_bundle(command, env):
 @pytest.mark.parametrize("environ", [
     {"TORCHDYNAMO_DISABLE": "1"},
     pytest.param({"TORCH_COMPILE_DISABLE": "1"}, marks=pytest.mark.release),
-    pytest.param({"SAC_FIX_CANDIDATE": "warn", "PYTHONPATH": "tools/fix_candidate"}, marks=pytest.mark.release),
-    pytest.param({"PYTHONPATH": "tools/revert_fix"}, marks=pytest.mark.release),
+    pytest.param({"SAC_FIX_CANDIDATE": "warn", "PYTHONPATH": "sac_repro/policy/fix_candidate"}, marks=pytest.mark.release),
+    pytest.param({"PYTHONPATH": "sac_repro/revert_fix"}, marks=pytest.mark.release),
 ], ids=["dynamo-disabled", "compile-disabled", "candidate-warn", "reverted"])
 def test_the_pastes_command_run_as_printed_gives_the_same_answer(environ):
     """From a shell with none of the run's variables: the Command alone must bring them back."""

@@ -11,8 +11,9 @@ import pytest
 
 from conftest import (data, FIXED_CSV, judge, one_line_error,
                       JUDGED, REVERTED_CSV, ROOT, run, SCRIPT)
-from sac_repro import cli, exits, outputs
+from sac_repro.judge import cli
 
+from sac_repro import exits, outputs
 pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
 
 
@@ -101,8 +102,8 @@ def test_json_onto_the_capture_being_judged_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("cmd", [
-    ["tools/bisect_torch.py", "releases", "2.12.0", "2.8.0"],
-    ["tools/bisect_torch.py", "--help"],
+    ["sac_repro/bisecting/bisect_torch.py", "releases", "2.12.0", "2.8.0"],
+    ["sac_repro/bisecting/bisect_torch.py", "--help"],
     ["run_nsys.sh", "--report", data("h200-torch2.11", "full_nvtx_kern_sum.csv")],
     ["run_nsys.sh", "--help"],
 ], ids=["bisect-usage-error", "bisect-help", "wrapper-verdict", "wrapper-help"])
@@ -121,7 +122,7 @@ def test_the_other_entry_points_on_closed_pipes(cmd):
     assert proc.returncode == 128
 
 
-@pytest.mark.parametrize("entry", ["tools/bisect_torch.py", "run_nsys.sh"])
+@pytest.mark.parametrize("entry", ["sac_repro/bisecting/bisect_torch.py", "run_nsys.sh"])
 def test_the_other_entry_points_copied_alone_abort(tmp_path, entry):
     alone = tmp_path / os.path.basename(entry)
     shutil.copy(os.path.join(ROOT, entry), alone)
@@ -481,7 +482,7 @@ def test_trace_writes_an_archive_that_tlparse_reads(tmp_path):
     import tarfile
     archive = tmp_path / "trace.tar.gz"
     rc, stdout, stderr = run(sys.executable, "--device", "cpu", "--trace", str(archive),
-                             env={"PYTHONPATH": os.path.join(ROOT, "tools", "revert_fix")})
+                             env={"PYTHONPATH": os.path.join(ROOT, "sac_repro", "revert_fix")})
     assert rc == 1, stdout + stderr
     assert "trace: %s, 1 TORCH_TRACE log" % archive in stdout and "a skip is only in its debug log" in stdout
     with tarfile.open(archive) as tar:
@@ -505,7 +506,7 @@ def test_trace_usage_errors(args, says):
 
 
 def test_two_sitecustomize_folders_on_pythonpath_are_named(tmp_path):
-    """tools/revert_fix and tools/fix_candidate at once: only the first loads, which was silent."""
-    revert, candidate = os.path.join(ROOT, "tools", "revert_fix"), os.path.join(ROOT, "tools", "fix_candidate")
+    """sac_repro/revert_fix and sac_repro/policy/fix_candidate at once: only the first loads, which was silent."""
+    revert, candidate = os.path.join(ROOT, "sac_repro", "revert_fix"), os.path.join(ROOT, "sac_repro", "policy", "fix_candidate")
     assert cli.shadowed_sitecustomize(os.pathsep.join([revert, str(tmp_path), candidate])) == [(revert, candidate)]
     assert cli.shadowed_sitecustomize(revert) == [] and cli.shadowed_sitecustomize("") == []

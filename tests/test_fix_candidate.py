@@ -1,4 +1,4 @@
-"""tools/fix_candidate, the candidate PyTorch change, measured on real torch in children of its own
+"""sac_repro/policy/fix_candidate, the candidate PyTorch change, measured on real torch in children of its own
 (tests/fix_probe.py): under it sac(compile(f)) computes the matmuls that eager SAC computes, with
 eager's numerics and compiled code still running; its warn mode changes no number and warns once,
 naming compile(sac(f)); without it nothing changes. The fast tier measures the fix on this
@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, run
 from test_upstream import BLOCK_ALONE, kinds, run_modules, STANDALONE_MODULE
 
-CANDIDATE = os.path.join(ROOT, "tools", "fix_candidate")
+CANDIDATE = os.path.join(ROOT, "sac_repro", "policy", "fix_candidate")
 PROBE = os.path.join(ROOT, "tests", "fix_probe.py")
 POLICY_GUARD = os.path.join(CANDIDATE, "repro_policy_guard.py")
 VARIANTS = ("eager", "eager SAC", "sac(compile(f))", "compile(sac(f))")
@@ -32,7 +32,7 @@ CASES = ("f", "mlp", "two_policies", "compile_sac_two_policies")  # all of fix_p
 
 def probe(python, tmp_path, mode, *cases):
     """fix_probe.py's JSON from a child under `python`: mode None without the candidate, "fix" or
-    "warn" with tools/fix_candidate on PYTHONPATH and SAC_FIX_CANDIDATE set to it."""
+    "warn" with sac_repro/policy/fix_candidate on PYTHONPATH and SAC_FIX_CANDIDATE set to it."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
     env["CUDA_VISIBLE_DEVICES"] = ""
     if mode:
@@ -182,7 +182,7 @@ def test_on_2_11_0_the_script_names_the_candidate_and_its_policy_line_shows_the_
     environment = stdout.splitlines()[0]
     assert environment.startswith("environment: ") and "torch 2.11.0+" in environment, environment
     assert environment.endswith("changed: candidate fix for the SAC policy under sac(compile(f)) loaded in-process "
-                                "(mode: fix) (tools/fix_candidate/sitecustomize.py)"), environment
+                                "(mode: fix) (sac_repro/policy/fix_candidate/sitecustomize.py)"), environment
     assert "with_context 2 -> saved" in stdout, stdout
 
 

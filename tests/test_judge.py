@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import data, recorded
-from sac_repro import render, verdict
+from sac_repro.judge import render, verdict
 
 pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
 

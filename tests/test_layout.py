@@ -1,5 +1,6 @@
-"""The bundle's layout: the report's files and the tools at the top, the engine in one package, and
-every entry point working from any folder, through a relative path or a symlink."""
+"""The bundle's layout: the report's five files at the top, everything built on them in one package
+(subfolders by concern), and every entry point working from any folder, through a relative path or
+a symlink."""
 import ast
 import os
 import re
@@ -10,17 +11,21 @@ import pytest
 
 from conftest import data, ROOT
 
-# The report's five files, the engine, the tools, the docs and the tests: nothing else.
+# The report's five files, the one package built on them, the docs and the tests: nothing else.
 TOP_LEVEL = {"torch_compile_selective_activation_checkpoint.py", "run_nsys.sh", "requirements.txt",
-             "README.md", "expected_output.md", "sac_repro", "tools", "docs", "tests", ".ci"}
+             "README.md", "expected_output.md", "sac_repro", "docs", "tests", ".ci"}
+# The package's folders, one per concern
+CONCERNS = {"judge", "bisecting", "bench", "policy", "revert_fix", "upstream"}
 
 
-def test_the_top_level_holds_the_report_files_the_tools_and_one_package():
+def test_the_top_level_holds_the_report_files_and_one_package():
     tracked = subprocess.run(["git", "-C", ROOT, "ls-files"], capture_output=True, text=True)
     if tracked.returncode != 0:
         pytest.skip("not a git checkout")
     top = {p.split("/")[0] for p in tracked.stdout.splitlines()} - {".gitignore"}
     assert top == TOP_LEVEL
+    folders = {p.split("/")[1] for p in tracked.stdout.splitlines() if p.startswith("sac_repro/") and p.count("/") > 1}
+    assert folders == CONCERNS
 
 
 def callers(tmp_path, name):
@@ -48,14 +53,14 @@ def test_the_judged_run_gives_the_same_verdict_from_anywhere(tmp_path, capture, 
 
 
 def test_bisect_torch_runs_from_anywhere(tmp_path):
-    for argv, cwd in callers(tmp_path, "tools/bisect_torch.py"):
+    for argv, cwd in callers(tmp_path, "sac_repro/bisecting/bisect_torch.py"):
         proc = subprocess.run([sys.executable] + argv + ["releases", "2.12.0", "2.8.0"], cwd=cwd,
                               capture_output=True, text=True)
         assert proc.returncode == 128 and "must be older" in proc.stderr, (argv, proc.stderr)
 
 
 def test_the_bench_finds_its_package_from_anywhere(tmp_path):
-    for argv, cwd in callers(tmp_path, "tools/bench_sac_compile.py"):
+    for argv, cwd in callers(tmp_path, "sac_repro/bench/bench_sac_compile.py"):
         proc = subprocess.run([sys.executable] + argv + ["--help"], cwd=cwd, capture_output=True, text=True)
         assert proc.returncode == 0 and "--fsdp" in proc.stdout, (argv, proc.stderr)
 
@@ -134,7 +139,7 @@ def script_names():
 def test_the_script_defines_every_name_the_engine_reads():
     """measure.py's REPORT_NAMES is the interface between the script, run as written, and the
     scenarios: each name is bound by the script, and measure.py reads no other name of it."""
-    measure = open(os.path.join(ROOT, "sac_repro", "measure.py")).read()  # imports torch: read, not imported
+    measure = open(os.path.join(ROOT, "sac_repro", "judge", "measure.py")).read()  # imports torch: read, not imported
     interface = set(next(ast.literal_eval(n.value) for n in ast.parse(measure).body if isinstance(n, ast.Assign)
                          and getattr(n.targets[0], "id", None) == "REPORT_NAMES"))
     assert interface - script_names() == set()
@@ -169,17 +174,16 @@ def our_python_files():
 @pytest.mark.unit
 def test_no_python_file_outside_the_tests_passes_500_lines():
     sizes = {p: len(open(os.path.join(ROOT, p)).read().splitlines()) for p in our_python_files()}
-    assert "sac_repro/exits.py" in sizes and "tools/bisect_torch.py" in sizes, sizes
+    assert "sac_repro/exits.py" in sizes and "sac_repro/bisecting/bisect_torch.py" in sizes, sizes
     assert {p: n for p, n in sizes.items() if n > 500} == {}
 
 
 def module_name(path):
-    """sac_repro/builds.py -> sac_repro.builds; tools/bisect_torch.py -> bisect_torch (the tools
-    import each other by that name, from their own folder)."""
+    """sac_repro/bisecting/builds.py -> sac_repro.bisecting.builds."""
     parts = path[:-3].split("/")
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    return ".".join(parts[1:] if parts[0] == "tools" else parts)
+    return ".".join(parts)
 
 
 def imports_of(path, ours):
@@ -223,7 +227,8 @@ def import_circles(graph):
 def test_the_house_has_no_import_circles():
     files = {module_name(p): p for p in our_python_files()}
     graph = {m: imports_of(p, set(files)) for m, p in files.items()}
-    assert graph["bisect_torch"] >= {"sac_repro.builds", "sac_repro.envs"}, graph["bisect_torch"]  # it reads them
+    bisect = graph["sac_repro.bisecting.bisect_torch"]
+    assert bisect >= {"sac_repro.bisecting.builds", "sac_repro.bisecting.envs"}, bisect  # it reads them
     assert import_circles(graph) == []
 
 

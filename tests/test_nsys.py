@@ -602,31 +602,31 @@ def test_under_the_revert_the_capture_run_names_it_and_quotes_dynamo(fake_tools)
         pytest.skip("the fullgraph error of the report's loops comes with 2.12")
     rc, stdout, stderr, _ = fake_tools("--", "--device", "cpu", FAKE_CSV=REVERTED_CSV,
                                        FAKE_HELP=data("nsys-2023.4.4-profile-help.txt"),
-                                       PYTHONPATH=os.path.join(ROOT, "tools", "revert_fix"), PATH=with_compiler(fake_tools))
+                                       PYTHONPATH=os.path.join(ROOT, "sac_repro", "revert_fix"), PATH=with_compiler(fake_tools))
     assert rc == 125, stdout + stderr
     first, dynamo = stdout.splitlines()
-    assert "changed: the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)" in first
+    assert "changed: the 2.10 fix reverted in-process (sac_repro/revert_fix/sitecustomize.py)" in first
     assert dynamo == ("dynamo (the report's loops): skipping: f (reason: non-infra torch dispatch mode present, "
                       "this is not supported today in torch.compile)")
 
 
 def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path, monkeypatch):
     """What the capture run handed over is what the judge's text, markdown and JSON say."""
-    from sac_repro import render
+    from sac_repro.judge import render
     for k in [k for k in os.environ if render.RERUN_VARIABLES.fullmatch(k)]:  # this shell's own switches
         monkeypatch.delenv(k)
-    change = {"label": "the 2.10 fix reverted in-process", "file": os.path.join(ROOT, "tools", "revert_fix", "sitecustomize.py"),
-              "pythonpath": os.path.join(ROOT, "tools", "revert_fix"), "env": {}}
+    change = {"label": "the 2.10 fix reverted in-process", "file": os.path.join(ROOT, "sac_repro", "revert_fix", "sitecustomize.py"),
+              "pythonpath": os.path.join(ROOT, "sac_repro", "revert_fix"), "env": {}}
     handoff = tmp_path / "handoff.json"
     handoff.write_text(json.dumps({"env": {"torch": "2.11.0+cu130", "device": "cuda", "changes": [change]},
                                    "dynamo_skips": [{"where": "the report's loops", "frame": "f", "source": "log",
                                                      "reason": "non-infra torch dispatch mode present"}]}))
     rc, text, _ = judge("--from-nsys", REVERTED_CSV, "--_env", handoff)
     assert rc == 1
-    assert "torch 2.11.0+cu130" in text and "| changed: the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)" in text
+    assert "torch 2.11.0+cu130" in text and "| changed: the 2.10 fix reverted in-process (sac_repro/revert_fix/sitecustomize.py)" in text
     assert "dynamo (the report's loops): skipping: f (reason: non-infra torch dispatch mode present)" in text
     rc, markdown, _ = judge("--from-nsys", REVERTED_CSV, "--markdown", "--_env", handoff)
-    assert "PYTHONPATH=tools/revert_fix python3 -m sac_repro --from-nsys" in markdown
+    assert "PYTHONPATH=sac_repro/revert_fix python3 -m sac_repro --from-nsys" in markdown
     assert "--_env" not in markdown
     rc, as_json, _ = judge("--from-nsys", REVERTED_CSV, "--json", "-", "--_env", handoff)
     assert json.loads(as_json)["torch_changes"] == [change]
@@ -634,7 +634,7 @@ def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path, monkeypat
     handoff.write_text(json.dumps(dict(json.loads(handoff.read_text()), capture_options=["--device", "cuda"])))
     rc, markdown, _ = judge("--from-nsys", REVERTED_CSV, "--markdown", "--hunt-fix", "--_env", handoff)
     command = re.search(r"Command: `([^`]*)`", markdown).group(1)
-    assert command.startswith("PYTHONPATH=tools/revert_fix ./run_nsys.sh -o ")
+    assert command.startswith("PYTHONPATH=sac_repro/revert_fix ./run_nsys.sh -o ")
     assert command.endswith(" -- --device cuda --markdown --hunt-fix") and "--from-nsys" not in command
 
 

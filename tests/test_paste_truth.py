@@ -6,8 +6,9 @@ import copy
 import pytest
 
 from conftest import data, judge, recorded, REVERTED_CSV, SCRIPT
-from sac_repro import cli, policy_report, render, verdict
+from sac_repro.judge import cli, render, verdict
 
+from sac_repro.policy import policy_report
 pytestmark = pytest.mark.unit
 
 FIXED = data("cpu-torch2.13", "child_fixed.json")
@@ -45,11 +46,11 @@ def test_the_policy_report_under_the_revert_says_to_drop_the_revert():
     report, md = markdown(recorded(REVERTED), policy=True)
     assert report["torch_changes"] and report["scenarios"][verdict.CASE]["eager_calls"]
     assert "2.10 or later" not in md
-    assert "without the in-process revert" in md and "tools/revert_fix" in md
+    assert "without the in-process revert" in md and "tools/revert_fix" in md  # as the recording names it
 
 
 def test_the_policy_report_where_the_matmul_was_saved_does_not_claim_the_finding():
-    """Under tools/fix_candidate the table showed the matmul saved while the text claimed the policy
+    """Under sac_repro/policy/fix_candidate the table showed the matmul saved while the text claimed the policy
     never sees it and that nothing says so."""
     raw = recorded(FIXED)
     case = raw["scenarios"][verdict.CASE]

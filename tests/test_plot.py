@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from conftest import data, judge, JUDGED, recorded, ROOT
-from sac_repro import plot, verdict
+from sac_repro.judge import plot, verdict
 
 pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
 
@@ -110,7 +110,7 @@ def test_each_capture_path_draws_a_picture(tmp_path, option, path):
 @pytest.mark.parametrize("name", [("h200-torch2.11", "full_nvtx_kern_sum.csv"),
                                   ("h200-torch2.11-fix-reverted", "nvtx_kern_sum.csv")])
 def test_the_counts_picture_stacks_what_each_range_ran(tmp_path, name):
-    report = verdict.report_from_loops(__import__("sac_repro.captures").captures.load_ranges(data(*name), "nsys"),
+    report = verdict.report_from_loops(__import__("sac_repro.judge.captures").judge.captures.load_ranges(data(*name), "nsys"),
                                        "nsys x", "regression", False)
     series = plot.draw_report(report, str(tmp_path / "p.png"))
     expected = csv_recount(data(*name))
@@ -126,7 +126,7 @@ def test_the_counts_picture_stacks_what_each_range_ran(tmp_path, name):
 def test_the_timeline_draws_each_ranges_kernels(tmp_path, capture, csv_twin):
     """The SQLite export's kernels per range, on the GPU time axis, are the kernels that nsys's
     own nvtx_kern_sum of the same report counts."""
-    from sac_repro import captures
+    from sac_repro.judge import captures
     timeline = captures.timeline_from_sqlite(data(*capture), verdict.LOOP_RANGE, verdict.LOOPS)
     report = verdict.report_from_loops(captures.load_ranges(data(*capture), "nsys"), "nsys x", "regression", False)
     series = plot.draw_report(report, str(tmp_path / "p.png"), timeline)
@@ -171,7 +171,7 @@ def test_no_picture_asked_no_matplotlib_needed(tmp_path):
     proc = subprocess.run([sys.executable, JUDGED, "--from-nsys", data("h200-torch2.11-fix-reverted", "capture.sqlite")],
                           capture_output=True, text=True, env=without_matplotlib(tmp_path), timeout=60)
     assert proc.returncode == 1, proc.stderr
-    code = "import sys; sys.path.insert(0, %r); from sac_repro import cli, plot; print('matplotlib' in sys.modules)" % ROOT
+    code = "import sys; sys.path.insert(0, %r); from sac_repro.judge import cli, plot; print('matplotlib' in sys.modules)" % ROOT
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 

@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import data, judge, recorded, run
-from sac_repro import cli, exits, policy_report, verdict
+from sac_repro.judge import cli, verdict
 
+from sac_repro import exits
+from sac_repro.policy import policy_report
 FIXED = recorded(data("cpu-torch2.13", "child_fixed.json"))
 REVERTED = recorded(data("cpu-torch2.13", "child_fix_reverted.json"))
 AFFECTED = recorded(data("cpu-torch2.9.1", "child.json"))
@@ -99,6 +101,7 @@ def test_the_bench_adds_the_cost_and_what_saving_the_region_whole_takes():
                                                 "itself, fixed in 2.10. SAC then sees f's own ops, and the policy "
                                                 "applies to them. Run it on torch 2.10 or later."),
                                       # Dynamo raised (fullgraph=True, 2.12+): f ran nothing for SAC to see
+                                      # the revert's path as the recording names it (the bundle's layout then)
                                       (REVERTED, "ran no compiled code under SAC in 3 of 3 calls: that is "
                                                  "pytorch/pytorch#161889 itself, brought back here by the 2.10 fix "
                                                  "reverted in-process (tools/revert_fix/sitecustomize.py). Run it "

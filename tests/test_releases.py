@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, run, run_json
 
 pytestmark = pytest.mark.release
-BISECT = ROOT + "/tools/bisect_torch.py"
+BISECT = ROOT + "/sac_repro/bisecting/bisect_torch.py"
 
 
 def test_torch_without_the_sac_api_cannot_be_tested(release_python):

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import data, judge, recorded as recorded_child, REVERTED_CSV, ROOT, SCRIPT
-from sac_repro import render, verdict
+from sac_repro.judge import render, verdict
 
 EXPECTED_OUTPUT = os.path.join(ROOT, "expected_output.md")
 SEED_LINES = ["ops_to_save = [", "torch.ops.aten.mm.default,", "def policy_fn(ctx, op, *args, **kwargs):",

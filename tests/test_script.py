@@ -9,7 +9,7 @@ import types
 import pytest
 
 from conftest import ROOT, run, run_json
-from sac_repro import verdict
+from sac_repro.judge import verdict
 
 
 REQUIRED_KEYS = {"verdict", "exit_code", "reason", "torch_version", "torch_git_version", "device",
@@ -141,7 +141,7 @@ def test_a_child_that_exits_halfway_through_its_result_is_no_verdict(tmp_path):
 def test_a_bug_in_the_measured_part_aborts(tmp_path):
     env = write_sitecustomize(tmp_path, """
         sys.path.insert(0, %r)
-        from sac_repro import measure
+        from sac_repro.judge import measure
         measure.profile_call = lambda *args: {}["a bug"]
         """ % ROOT)
     rc, stdout, stderr = run(sys.executable, "--device", "cpu", env=env)
@@ -151,7 +151,7 @@ def test_a_bug_in_the_measured_part_aborts(tmp_path):
 
 def test_errors_are_told_apart_by_where_they_were_raised():
     import torch
-    from sac_repro import measure
+    from sac_repro.judge import measure
     with pytest.raises(TypeError) as ours:
         verdict.classify(None)  # a bug here: never entered torch
     assert measure.raised_by_this_bundle(ours.value)
@@ -229,15 +229,15 @@ def test_a_failing_import_of_the_bundle_in_the_child_aborts(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(
         "import sys\n"
         "if '--_child' in sys.argv:\n"
-        "    sys.modules['sac_repro.measure'] = None\n")
+        "    sys.modules['sac_repro.judge.measure'] = None\n")
     rc, stdout, stderr = run(sys.executable, "--device", "cpu", env={"PYTHONPATH": str(tmp_path)}, timeout=300)
     assert rc == 128, (rc, stdout, stderr)
-    assert "sac_repro.measure" in stderr
+    assert "sac_repro.judge.measure" in stderr
 
 
 # --------------------------------------------------------- what the measured part makes of errors
 def test_calls_that_fullgraph_refuses_under_sac_reproduce(reverted_run):
-    """2.12 and later with the fix reverted (tools/revert_fix on this environment's torch): each
+    """2.12 and later with the fix reverted (sac_repro/revert_fix on this environment's torch): each
     profiled call under SAC raises Dynamo's real fullgraph error; that is the bug, made loud, never
     a torch that crashed."""
     rc, report, text, _, _ = reverted_run
@@ -286,7 +286,7 @@ def test_the_recorded_policy_answers_as_the_reports_policy():
     answer. Were it to answer PREFER_RECOMPUTE, eager SAC would recompute the matmul on CUDA, the
     controls would disagree, and --strict-policy could no longer judge (125)."""
     from torch.utils.checkpoint import CheckpointPolicy
-    from sac_repro import measure
+    from sac_repro.judge import measure
 
     def policy_fn(ctx, op, *args, **kwargs):
         return CheckpointPolicy.MUST_SAVE if op == "mm" else CheckpointPolicy.PREFER_RECOMPUTE

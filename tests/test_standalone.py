@@ -41,7 +41,7 @@ def test_alone_on_a_fixed_torch_it_answers_0(tmp_path):
 def test_alone_with_the_fix_reverted_it_answers_1_in_dynamos_words(tmp_path):
     """2.12 and later: Dynamo refuses f under SAC and, with fullgraph=True, raises in the report's
     loop. That error is the answer, 1, never 125; its reason is quoted."""
-    rc, line, _, _ = run_alone(tmp_path, env={"PYTHONPATH": os.path.join(ROOT, "tools", "revert_fix")})
+    rc, line, _, _ = run_alone(tmp_path, env={"PYTHONPATH": os.path.join(ROOT, "sac_repro", "revert_fix")})
     assert rc == 1, line
     assert "ran no compiled code (pytorch/pytorch#161889 reproduces" in line
     assert "Dynamo skipped f: non-infra torch dispatch mode present, this is not supported today in torch.compile" in line
@@ -162,7 +162,7 @@ traceback.walk_tb = walk_tb
 @pytest.mark.release
 @pytest.mark.parametrize("site, rc, says", [
     (OTHER_REFUSED, 125, "cannot tell (RuntimeError: torch.compile with fullgraph=True found no compiled frames"),
-    (INTERRUPTED_ANSWER % os.path.join(ROOT, "tools", "revert_fix", "sitecustomize.py"), 130, None),
+    (INTERRUPTED_ANSWER % os.path.join(ROOT, "sac_repro", "revert_fix", "sitecustomize.py"), 130, None),
 ], ids=["another-function-refused", "ctrl-c-in-the-answer"])
 def test_alone_what_is_not_f_refused_is_not_an_answer(tmp_path, site, rc, says):
     (tmp_path / "site").mkdir()

@@ -1,4 +1,4 @@
-"""tools/test_sac_compile_upstream.py, the regression tests written for PyTorch, run on real torch.
+"""sac_repro/upstream/test_sac_compile_upstream.py, the regression tests written for PyTorch, run on real torch.
 
 Its block (between "# BEGIN upstream" and "# END upstream") is what PyTorch's
 test/dynamo/test_activation_checkpointing.py would get. The fast tier runs it alone, in a module of
@@ -18,7 +18,7 @@ import pytest
 
 from conftest import data, ROOT
 
-STANDALONE = os.path.join(ROOT, "tools", "test_sac_compile_upstream.py")
+STANDALONE = os.path.join(ROOT, "sac_repro", "upstream", "test_sac_compile_upstream.py")
 PYTORCH_FILE = data("pytorch-0069a418", "test_activation_checkpointing.py")
 HEADER_LINES = 44  # its owner line and module-level imports, up to the GPU-only kernel after `import triton`
 
@@ -57,7 +57,7 @@ print("OUTCOMES " + json.dumps(runs))
 """
 # The 2.10 fix reverted in-process, as the bundle ships it for a GPU that has only a fixed torch:
 # SAC's dispatch modes stop opting in with ignore_compile_internals(), as on 2.5-2.9.
-with open(os.path.join(ROOT, "tools", "revert_fix", "sitecustomize.py")) as _fh:
+with open(os.path.join(ROOT, "sac_repro", "revert_fix", "sitecustomize.py")) as _fh:
     REVERT_FIX = _fh.read()
 # The event the CPU matmul count looks for, renamed as a later torch might name it.
 RENAME = ("import torch.autograd.profiler_util as _pu\n"
@@ -114,7 +114,7 @@ def run_modules(python, tmp_path, modules, sitecustomize=None):
     folder.mkdir()
     (folder / (BLOCK_ALONE + ".py")).write_text(pytorch_header() + "\n\n" + block())
     (folder / (RENAME_MM + ".py")).write_text(RENAME)
-    path = [str(folder), os.path.join(ROOT, "tools"), support_path(tmp_path)]
+    path = [str(folder), os.path.dirname(STANDALONE), support_path(tmp_path)]
     if sitecustomize:
         (tmp_path / "site").mkdir()
         (tmp_path / "site" / "sitecustomize.py").write_text(sitecustomize)

@@ -19,7 +19,7 @@ import pytest
 from conftest import data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BISECT = os.path.join(ROOT, "tools", "bisect_torch.py")
+BISECT = os.path.join(ROOT, "sac_repro", "bisecting", "bisect_torch.py")
 PYTAG = "cp%d%d" % sys.version_info[:2]
 DEP = "sacstubdep"
 

@@ -1,10 +1,10 @@
 """A candidate PyTorch change for what the 2.10 fix of pytorch/pytorch#161889 leaves open: under
 sac(compile(f)) a per-op SAC policy never sees f's ops (aten.mm.default), so backward recomputes
 what the policy says to save. Loaded in any Python started with this folder on PYTHONPATH, as
-tools/revert_fix is; for torch 2.10 to 2.15.
+sac_repro/revert_fix is; for torch 2.10 to 2.15.
 
-    PYTHONPATH=tools/fix_candidate python3 -m sac_repro
-    SAC_FIX_CANDIDATE=warn PYTHONPATH=tools/fix_candidate python3 tools/bench_sac_compile.py
+    PYTHONPATH=sac_repro/policy/fix_candidate python3 -m sac_repro
+    SAC_FIX_CANDIDATE=warn PYTHONPATH=sac_repro/policy/fix_candidate python3 sac_repro/bench/bench_sac_compile.py
 
 SAC_FIX_CANDIDATE picks the mode:
 

@@ -15,7 +15,7 @@ import shutil
 import stat
 import subprocess
 
-from .exits import UsageError
+from ..exits import UsageError
 
 NSYS_CSV = "an nvtx_kern_sum CSV (`nsys stats -r nvtx_kern_sum -f csv`)"
 NCU_TEXT = "the output of `ncu --nvtx --print-summary per-nvtx`"

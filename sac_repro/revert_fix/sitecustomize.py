@@ -2,8 +2,8 @@
 PYTHONPATH: SAC's two dispatch modes answer `ignore_compile_internals() -> False` again, as on
 2.5-2.9, so a GPU that has only a fixed torch shows what an affected torch runs.
 
-    PYTHONPATH=tools/revert_fix python3 torch_compile_selective_activation_checkpoint.py
-    PYTHONPATH=tools/revert_fix ./run_nsys.sh
+    PYTHONPATH=sac_repro/revert_fix python3 torch_compile_selective_activation_checkpoint.py
+    PYTHONPATH=sac_repro/revert_fix ./run_nsys.sh
 
 Nothing is imported here: the modes are patched when torch.utils.checkpoint is first imported,
 so a process that never imports torch (the script's parent, nsys, pip) is left as it was.

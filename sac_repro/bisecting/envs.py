@@ -17,7 +17,7 @@ import time
 from .builds import drop_download, GIT_VERSION
 from .caches import (cache_lock, check_free_space, downloads_dir, env_lock, GB, inside, listing, lock, read_json,
                      unlock, venvs_dir, write_json)
-from .exits import end_group, say, Untestable, UsageError
+from ..exits import end_group, say, Untestable, UsageError
 from .indexes import describe, install_args, PYPI
 
 # Free space an install needs, where the wheels' own sizes are not known beforehand: the largest

@@ -16,7 +16,7 @@ import urllib.request
 import zipfile
 
 from .caches import CACHE_ERRORS, check_free_space, downloads_dir, GB, inside, read_json, write_json
-from .exits import say, Untestable, UsageError
+from ..exits import say, Untestable, UsageError
 from .indexes import describe, is_url, link_hashes, python_tag, runs_here, torch_wheel_files, wheel_parts
 
 

@@ -5,7 +5,7 @@ that a file of another shape is the caller's mistake (128), never a bug of the r
 import json
 import math
 
-from .exits import one_line, UsageError
+from ..exits import one_line, UsageError
 from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED
 
 

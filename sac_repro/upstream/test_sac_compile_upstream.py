@@ -7,7 +7,7 @@ to PyTorch's test/dynamo/test_activation_checkpointing.py just before its
 `if __name__ == "__main__":`; it needs no import that file lacks. The rest of this file lets
 the same part run on its own, written for any torch from 2.5:
 
-    python tools/test_sac_compile_upstream.py -v    # needs expecttest, as PyTorch's tests do
+    python sac_repro/upstream/test_sac_compile_upstream.py -v    # needs expecttest, as PyTorch's tests do
 
 On the CPU, and on CUDA where there is one:
 
@@ -76,7 +76,7 @@ def _save_compiled_region_policy(ctx, op, *args, **kwargs):
 
 
 def _matmuls_computed(prof, device):
-    # A deliberate copy of sac_repro/measure.py's backward_matmuls, in PyTorch's test idiom: this
+    # A deliberate copy of sac_repro/judge/measure.py's backward_matmuls, in PyTorch's test idiom: this
     # block is pasted into PyTorch's test file and must not import the bundle.
     # On CUDA a matmul served from SAC's cache launches no kernel. On the CPU, an aten::mm
     # that a dispatch mode intercepts wraps the one that computes, and one served from

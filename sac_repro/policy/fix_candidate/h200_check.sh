@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The candidate fix (tools/fix_candidate) measured on one GPU, in one go: the bench without it and
+# The candidate fix (sac_repro/policy/fix_candidate) measured on one GPU, in one go: the bench without it and
 # with it (step time, backward matmul kernels, peak memory of sac(compile(block)) beside
 # compile(sac(block)), the workaround), the upstream block on CUDA under it, and the bench in warn
 # mode where time is left. Every file it writes is under OUT; about 5 minutes on an H200.
 #
-#   OUT=FOLDER tools/fix_candidate/h200_check.sh          # or: tools/fix_candidate/h200_check.sh FOLDER
-#   DEVICE=cpu BENCH_ARGS=--small OUT=FOLDER tools/fix_candidate/h200_check.sh   # a dry run on a CPU
+#   OUT=FOLDER sac_repro/policy/fix_candidate/h200_check.sh          # or: sac_repro/policy/fix_candidate/h200_check.sh FOLDER
+#   DEVICE=cpu BENCH_ARGS=--small OUT=FOLDER sac_repro/policy/fix_candidate/h200_check.sh   # a dry run on a CPU
 #
 # PyTorch's test modules import expecttest, which a torch wheel lacks: where python3 has none, a
 # wheel of it in .whl/ (expecttest-*.whl) is put on PYTHONPATH, and so is $SUPPORT_PATH (a folder
@@ -79,21 +79,21 @@ if ! "$python" -c "import expecttest" 2>/dev/null; then
 fi
 support=$support${SUPPORT_PATH:+${support:+:}$SUPPORT_PATH}
 
-step bench_fix 110 0 PYTHONPATH=tools/fix_candidate -- \
-    "$python" tools/bench_sac_compile.py --device "$device" $bench_args --json "$out/bench_fix.json"
+step bench_fix 110 0 PYTHONPATH=sac_repro/policy/fix_candidate -- \
+    "$python" sac_repro/bench/bench_sac_compile.py --device "$device" $bench_args --json "$out/bench_fix.json"
 step bench_plain 110 0 -- \
-    "$python" tools/bench_sac_compile.py --device "$device" $bench_args --json "$out/bench_plain.json"
+    "$python" sac_repro/bench/bench_sac_compile.py --device "$device" $bench_args --json "$out/bench_plain.json"
 if "$python" -c "import expecttest" 2>/dev/null || [ -n "$support" ]; then
     # the op-policy test is an expected failure in the block: under the candidate an unexpected
     # success, which unittest counts as a failure from Python 3.11 on (exit 1)
-    step upstream_fix 240 1 PYTHONPATH="tools/fix_candidate${support:+:$support}" CUDA_VISIBLE_DEVICES=0 -- \
-        "$python" tools/test_sac_compile_upstream.py -v
+    step upstream_fix 240 1 PYTHONPATH="sac_repro/policy/fix_candidate${support:+:$support}" CUDA_VISIBLE_DEVICES=0 -- \
+        "$python" sac_repro/upstream/test_sac_compile_upstream.py -v
 else
     echo "upstream_fix skipped: no expecttest for $python and no .whl/expecttest-*.whl (carry .whl)" | tee -a "$steps"
     failed=1
 fi
-step bench_warn 110 0 PYTHONPATH=tools/fix_candidate SAC_FIX_CANDIDATE=warn -- \
-    "$python" tools/bench_sac_compile.py --device "$device" $bench_args --json "$out/bench_warn.json"
+step bench_warn 110 0 PYTHONPATH=sac_repro/policy/fix_candidate SAC_FIX_CANDIDATE=warn -- \
+    "$python" sac_repro/bench/bench_sac_compile.py --device "$device" $bench_args --json "$out/bench_warn.json"
 
 "$python" - "$out" "$device" > "$out/summary.txt" 2>&1 <<'EOF'
 import json, os, re, sys

@@ -9,7 +9,7 @@ import collections
 import functools
 import re
 
-from .exits import TERMS
+from ..exits import TERMS
 
 # ----------------------------------------------------------------------------- the scenarios
 # The one table of scenarios, in the order they run and print: name -> what it shows. The main
@@ -24,7 +24,7 @@ SCENARIOS = {
     "with_context_wrapped": "f compiled with wrap_inductor_compiled_regions, under SAC (2.10 and later)",
 }
 CONTROL, CASE, WORKAROUND, AFTER_SAC, EAGER_SAC, NO_CHECKPOINT, WRAPPED = SCENARIOS
-# The bench's arrangements of a block, by the names its table and JSON use: sac_repro/bench.py
+# The bench's arrangements of a block, by the names its table and JSON use: sac_repro/bench/bench.py
 # builds them, the policy report and the picture read them. -> what each is.
 ARRANGEMENTS = {
     "eager": "no compile, no checkpoint",

@@ -9,7 +9,7 @@ from .changes import REVERTED
 from .verdict import abridge, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, not_compiled, WORKAROUND
 
 PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
-BUNDLE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUNDLE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPECTED = "the compiled f runs compiled code (Inductor kernels) under SAC, as it does under a plain checkpoint"
 POLICY_HEADING = "#### A second finding: the policy never sees the compiled matmul"
 TABLE_HEADER = ("scenario", "compiled calls", "eager pointwise ops", "kernels", "fwd/call")
@@ -36,7 +36,7 @@ def shown_path(path):
 
 
 def changes_said(changes, paths=True):
-    """'the 2.10 fix reverted in-process (tools/revert_fix/sitecustomize.py)': what changed the
+    """'the 2.10 fix reverted in-process (sac_repro/revert_fix/sitecustomize.py)': what changed the
     torch under test in-process, as the child read it from torch (changes.py)."""
     return "; ".join(c["label"] + (" (%s)" % shown_path(c["file"]) if c.get("file") and paths else "") for c in changes)
 
@@ -348,7 +348,7 @@ def render_markdown(report, command, script_path, collect_env):
     return "\n".join(out)
 
 
-FIX_HUNK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fix_hunk.diff")
+FIX_HUNK = os.path.join(BUNDLE, "sac_repro", "revert_fix", "fix_hunk.diff")
 
 
 def fix_hunk():
@@ -364,7 +364,7 @@ def next_step(report):
     if report["verdict"] == "not_reproduced":
         return ("none for #161889: it is fixed from torch 2.10.0, where both of SAC's dispatch modes answer "
                 "`ignore_compile_internals() -> True` (the change is below). A maintainer can take the "
-                "bundle's regression test (`tools/test_sac_compile_upstream.py`, for "
+                "bundle's regression test (`sac_repro/upstream/test_sac_compile_upstream.py`, for "
                 "`test/dynamo/test_activation_checkpointing.py`)%s." % (
                     ", and the second finding below as an issue of its own (#161889 is closed; "
                     "`--policy-report` writes it)" if policy_section(report) and report["env"].get("torch") else ""))

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .exits import Untestable, UsageError
+from ..exits import Untestable, UsageError
 
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 # Where a release "from PyPI" is found: its simple index gives each file's sha256 in the link

@@ -12,7 +12,7 @@ import os
 import shutil
 import stat
 
-from .exits import say, UsageError
+from ..exits import say, UsageError
 
 GB = 1e9
 CACHE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS)

@@ -16,19 +16,20 @@ import tempfile
 import threading
 import traceback
 
-from . import outputs, plot
+from .. import outputs
+from . import plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
-from .exits import (codes_help, dies_with_parent, end_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
+from ..exits import (codes_help, dies_with_parent, end_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
                     OutputError, raised_by_this_bundle, say_error, UsageError)
-from .policy_report import render_policy_markdown
+from ..policy.policy_report import render_policy_markdown
 from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_text, rerun_command, rerun_env
 from .inputs import load_bench, load_capture_run
 from .verdict import LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
 
-HERE = os.path.dirname(os.path.realpath(__file__))
-SCRIPT = os.path.join(os.path.dirname(HERE), "torch_compile_selective_activation_checkpoint.py")
-ENTRY = os.path.join(HERE, "__main__.py")  # the child's command: the engine, which runs SCRIPT
+PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # sac_repro/
+SCRIPT = os.path.join(os.path.dirname(PACKAGE), "torch_compile_selective_activation_checkpoint.py")
+ENTRY = os.path.join(PACKAGE, "__main__.py")  # the child's command: the engine, which runs SCRIPT
 
 
 class Parser(argparse.ArgumentParser):
@@ -301,7 +302,7 @@ def child(script_path, args):
     except Exception as e:  # ours unless it broke inside torch's own imports
         return write_child_result(args.child_out, {
             "status": "our_bug" if raised_by_this_bundle(e) else "torch_error", "reason":
-            "importing sac_repro.measure: " + one_line(e), "traceback": traceback.format_exc()})
+            "importing sac_repro.judge.measure: " + one_line(e), "traceback": traceback.format_exc()})
     return measure.child_main(script_path, args.child_out, args.device, args.loops_only, args.policy_report,
                               bool(args.plot), args.ablation)
 
@@ -314,7 +315,7 @@ def write_child_result(path, result):
 
 def shadowed_sitecustomize(pythonpath):
     """The folders on PYTHONPATH whose sitecustomize.py never loads: Python imports the first one
-    only (tools/revert_fix and tools/fix_candidate at once, say). [(loaded, shadowed)]."""
+    only (sac_repro/revert_fix and sac_repro/policy/fix_candidate at once, say). [(loaded, shadowed)]."""
     found = [p for p in (pythonpath or "").split(os.pathsep) if p and os.path.isfile(os.path.join(p, "sitecustomize.py"))]
     return [(found[0], p) for p in found[1:]]
 

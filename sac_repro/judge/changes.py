@@ -1,5 +1,5 @@
 """What was changed in the torch under test from outside it, in-process, read from torch itself:
-a run whose torch was patched (tools/revert_fix/, tools/fix_candidate/, or anyone's
+a run whose torch was patched (sac_repro/revert_fix/, sac_repro/policy/fix_candidate/, or anyone's
 sitecustomize.py) must say so, or its paste misstates the torch that ran.
 
 Two readings. The 2.10 fix of pytorch/pytorch#161889 is SAC's two dispatch modes answering

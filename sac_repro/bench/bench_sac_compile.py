@@ -2,10 +2,10 @@
 """What the bug costs at a realistic size: a stack of transformer MLP blocks, each checkpointed
 with the report's kind of policy (save the matmuls, recompute the rest), in six arrangements.
 
-    python tools/bench_sac_compile.py                       # one GPU: hidden 4096, 16k tokens, bf16
-    torchrun --nproc-per-node 2 tools/bench_sac_compile.py --fsdp   # sharded with FSDP2, 16k tokens per rank
-    python tools/bench_sac_compile.py --device cpu --small  # smoke test: runs everything, no timing claims
-    torchrun --nproc-per-node 2 tools/bench_sac_compile.py --fsdp --device cpu --small   # the same, gloo
+    python sac_repro/bench/bench_sac_compile.py                       # one GPU: hidden 4096, 16k tokens, bf16
+    torchrun --nproc-per-node 2 sac_repro/bench/bench_sac_compile.py --fsdp   # sharded with FSDP2, 16k tokens per rank
+    python sac_repro/bench/bench_sac_compile.py --device cpu --small  # smoke test: runs everything, no timing claims
+    torchrun --nproc-per-node 2 sac_repro/bench/bench_sac_compile.py --fsdp --device cpu --small   # the same, gloo
 
 The arrangements are built as sharded-training code builds them: `checkpoint_wrapper` with the SAC
 `context_fn`, `torch.compile` per block, and with --fsdp `fully_shard` per block and at the root
@@ -19,12 +19,13 @@ import json
 import os
 import sys
 
-# sac_repro/ beside this file's real folder, wherever it is called from, -I included: nothing here
+# the folder that holds sac_repro/, from this file's real path, wherever it is called from, -I included: nothing here
 # may need the script's folder or PYTHONPATH on sys.path
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))
 try:
-    from sac_repro import exits, outputs, plot
-    from sac_repro.cli import Parser, positive_float, whole_number
+    from sac_repro import exits, outputs
+    from sac_repro.judge import plot
+    from sac_repro.judge.cli import Parser, positive_float, whole_number
 except Exception as e:  # copied without its package: abort (exits.EXIT_ABORT, unreachable here)
     if __name__ != "__main__":
         raise
@@ -80,7 +81,7 @@ def run(args):
     except Exception as e:
         raise exits.CannotTest("torch failed to import: %s" % exits.one_line(e)[:300])
     try:
-        from sac_repro import bench
+        from sac_repro.bench import bench
         table = bench.measure(args)
     except (exits.UsageError, exits.OutputError, exits.CannotTest):
         raise

@@ -22,7 +22,7 @@ import types
 import torch
 
 from .changes import torch_changes
-from .exits import EXIT_OK, Interrupted, one_line, raised_by_this_bundle
+from ..exits import EXIT_OK, Interrupted, one_line, raised_by_this_bundle
 from .render import PROGRESS
 from .verdict import (AFTER_SAC, CASE, classify, CONTROL, CPU_MATMUL_OPS, EAGER_SAC, NO_CHECKPOINT, NO_POLICY_CHECK,
                       POLICY_REPORT_ONLY, refused_to_run_eagerly, SCENARIOS, WORKAROUND, WRAPPED)
@@ -144,7 +144,7 @@ def run_script(path, result, skips):
         skips.where = None
     missing = [name for name in REPORT_NAMES if name not in namespace]
     if missing:  # an edit of the script lost what the scenarios read: ours, not torch's
-        raise KeyError("the script no longer defines %s (sac_repro/measure.py's REPORT_NAMES)" % ", ".join(missing))
+        raise KeyError("the script no longer defines %s (sac_repro/judge/measure.py's REPORT_NAMES)" % ", ".join(missing))
     return namespace
 
 

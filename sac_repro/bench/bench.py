@@ -1,4 +1,4 @@
-"""The bench's measurement (tools/bench_sac_compile.py is its command line): a stack of MLP
+"""The bench's measurement (sac_repro/bench/bench_sac_compile.py is its command line): a stack of MLP
 blocks in each arrangement of SAC and torch.compile, checked against eager, then timed. It
 imports torch, the torch under test; the command line imports it only once its options are read.
 """
@@ -15,11 +15,11 @@ import torch.nn.functional as F
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-from .changes import torch_changes
-from .exits import CannotTest, one_line, UsageError
-from .measure import backward_matmuls, fresh_code, FULLGRAPH_FRAME
-from .render import changes_said
-from .verdict import B_EAGER, B_EAGER_SAC, B_NO_CHECKPOINT, B_REPORTED, B_WORKAROUND, B_WRAPPED, refused_to_run_eagerly
+from ..judge.changes import torch_changes
+from ..exits import CannotTest, one_line, UsageError
+from ..judge.measure import backward_matmuls, fresh_code, FULLGRAPH_FRAME
+from ..judge.render import changes_said
+from ..judge.verdict import B_EAGER, B_EAGER_SAC, B_NO_CHECKPOINT, B_REPORTED, B_WORKAROUND, B_WRAPPED, refused_to_run_eagerly
 
 MATMULS = [torch.ops.aten.mm.default]
 WORKAROUND = B_WORKAROUND

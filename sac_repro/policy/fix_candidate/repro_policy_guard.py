@@ -2,7 +2,7 @@
 """compile(sac(f)) runs the graph partitioned for one SAC policy under another policy of the same
 code: Dynamo guards the policy function by its code object only, not by what its closure holds.
 
-    python3 tools/fix_candidate/repro_policy_guard.py     # any torch from 2.5; CPU, seconds
+    python3 sac_repro/policy/fix_candidate/repro_policy_guard.py     # any torch from 2.5; CPU, seconds
 
 One helper makes compile(sac(f)) for a policy that saves the matmul, then for one that saves
 nothing. The second should recompute the forward matmul in backward (3 matmuls, as it does when

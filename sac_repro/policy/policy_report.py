@@ -4,10 +4,10 @@ evidence (and the bench's cost, when its JSON is given).
 """
 import os
 
-from .changes import REVERTED
-from .render import (asked_ops, changes_said, command_line, markdown_table, policy_actual, torch_line,
+from ..judge.changes import REVERTED
+from ..judge.render import (asked_ops, changes_said, command_line, markdown_table, policy_actual, torch_line,
                      versions_details)
-from .verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, not_compiled, WORKAROUND, WRAPPED
+from ..judge.verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, not_compiled, WORKAROUND, WRAPPED
 
 POLICY_SNIPPET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_snippet.py")
 POLICY_ROWS = ((CASE, "`sac(compile(f))`, the report's pattern"),

@@ -3,22 +3,22 @@
 
 One nightly, or today's, without a clone (the first question on any report):
 
-    python tools/bisect_torch.py nightly latest               # or a date: nightly 2025-09-07
+    python sac_repro/bisecting/bisect_torch.py nightly latest               # or a date: nightly 2025-09-07
 
 Nightlies, inside a clone of pytorch/pytorch on its `nightly` branch (one commit per nightly):
 
     git bisect start --term-old broken --term-new fixed <fixed-nightly> <broken-nightly>
-    git bisect run python /path/to/tools/bisect_torch.py nightly-step --hunt-fix
-    python /path/to/tools/bisect_torch.py nightly-range        # the main-branch commits to read
+    git bisect run python /path/to/sac_repro/bisecting/bisect_torch.py nightly-step --hunt-fix
+    python /path/to/sac_repro/bisecting/bisect_torch.py nightly-range        # the main-branch commits to read
 
 Released versions, where nightlies have been pruned (PyPI, or PyTorch's index with --variant):
 
-    python tools/bisect_torch.py releases 2.8.0 2.12.0 [--variant cpu]
-    python tools/bisect_torch.py matrix 2.4.1 2.9.1 2.10.0 latest   # every one given, no search
+    python sac_repro/bisecting/bisect_torch.py releases 2.8.0 2.12.0 [--variant cpu]
+    python sac_repro/bisecting/bisect_torch.py matrix 2.4.1 2.9.1 2.10.0 latest   # every one given, no search
 
 The cache of environments (one per build) and its shared store of packages:
 
-    python tools/bisect_torch.py cache [--prune --keep N | --prune --older-than DAYS]
+    python sac_repro/bisecting/bisect_torch.py cache [--prune --keep N | --prune --older-than DAYS]
 
 `nightly-step` exits as `git bisect run` wants (each command's --help lists its exit codes); with
 --hunt-fix for the terms broken/fixed, without it for good/bad, and it refuses to run against the
@@ -36,14 +36,15 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # sac_repro/
+BUNDLE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+sys.path.insert(0, BUNDLE)  # where sac_repro/ is, wherever this is called from
 try:
-    from sac_repro import builds, caches, envs, indexes
-    from sac_repro.cli import Parser, positive_float
+    from sac_repro.bisecting import builds, caches, envs, indexes
+    from sac_repro.judge.cli import Parser, positive_float
     from sac_repro.exits import (command_codes_help, dies_with_parent, end_group, EXIT_CANNOT_TEST, EXIT_NO_CHANGE, EXIT_OK,
                                  guarded, say, TERMS, Untestable, UsageError)
-    from sac_repro.render import release_table_markdown
-    from sac_repro.verdict import CASE, classify, CONTROL
+    from sac_repro.judge.render import release_table_markdown
+    from sac_repro.judge.verdict import CASE, classify, CONTROL
 except Exception as e:  # copied without its package, say: abort a bisect, never pass as 1
     if __name__ != "__main__":
         raise
@@ -53,7 +54,6 @@ except Exception as e:  # copied without its package, say: abort a bisect, never
     finally:
         os._exit(128)
 
-BUNDLE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 REPRO = os.path.join(BUNDLE, "sac_repro")  # the judged run, as `python3 PATH/sac_repro`
 NIGHTLY_SUBJECT = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) nightly release \(([0-9a-f]{40})\)")
 RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")  # ASCII: \d would take any script's digits
