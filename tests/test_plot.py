@@ -79,6 +79,40 @@ def test_the_profiler_picture_of_a_refused_call_draws_nothing_for_it(tmp_path):
     assert [(kind, drawn) for kind, drawn, _ in series["with_context"]] == [("eager", {})] * 3
 
 
+def test_a_refused_call_is_labelled_refused_not_eager():
+    """Issue 40: a row labelled "eager" stood above "nothing ran: fullgraph=True raised"."""
+    report = verdict.report_from_child(recorded(CHILDREN["2.13 fix reverted"]), "regression", False)
+    case = report["scenarios"]["with_context"]
+    assert case["calls"] == ["eager"] * 3  # the verdict's kind: a refusal counts as the bug
+    label, note = plot.call_label(case, "eager", [])
+    assert label == "refused" and "nothing ran" in note
+    assert plot.call_label(report["scenarios"]["without_context"], "compiled", [("compiled", 0, 1, "cpu")]) == ("compiled", None)
+
+
+@pytest.mark.parametrize("name, device", [("2.13 fixed", "cpu"), ("H200 2.11 fixed", "cuda")])
+def test_the_caption_fits_the_device(name, device):
+    report = verdict.report_from_child(recorded(CHILDREN[name]), "regression", False)
+    assert report["device"] == device
+    caption = plot.lanes_caption(report)
+    assert ("GPU kernels" in caption and "no GPU kernels" not in caption) == (device == "cuda")
+
+
+def test_every_absent_backward_bar_says_why():
+    """Issue 40: backward bars were missing with no note. On the CPU the eager regions cannot be
+    counted; a refused scenario ran nothing."""
+    for name, why in (("2.9.1", {"with_context": "SAC serves from its cache", "eager_sac": "SAC serves from its cache"}),
+                      ("2.13 fix reverted", {"with_context": "nothing ran"})):
+        report = verdict.report_from_child(recorded(CHILDREN[name]), "regression", False)
+        names = list(report["scenarios"])
+        counts, _ = plot.policy_series(report)
+        notes = plot.absent_bars(report, names)
+        assert set(notes) == set(names) - set(counts) and notes, (name, notes)
+        for scenario, words in why.items():
+            assert words in notes[scenario], (name, scenario, notes)
+    report = verdict.report_from_child(recorded(CHILDREN["H200 2.11 fixed"]), "regression", False)
+    assert plot.absent_bars(report, list(report["scenarios"])) == {"without_context_after_sac": "not measured: forward only"}
+
+
 def test_the_policy_panel_draws_the_judged_counts():
     report = verdict.report_from_child(recorded(CHILDREN["2.13 fixed"]), "regression", False)
     counts, baseline = plot.policy_series(report)

@@ -96,11 +96,11 @@ def draw_profiler(report, path):
                 w = max(0.9 * dur / span, 0.003)
                 ax.add_patch(plt.Rectangle((x, y + (0.05 if lane == "gpu" else 0.45)), w, 0.36,
                                            color=COLOURS[cls], lw=0))
-            ax.text(i + 0.5, y + 0.88, kind, ha="center", va="bottom", fontsize=7, color=KIND_COLOURS[kind],
+            label, note = call_label(report["scenarios"][name], kind, segments)
+            ax.text(i + 0.5, y + 0.88, label, ha="center", va="bottom", fontsize=7, color=KIND_COLOURS[kind],
                     fontweight="bold")
-            if not segments and report["scenarios"][name].get("refused"):
-                ax.text(i + 0.5, y + 0.4, "nothing ran: fullgraph=True raised\n'found no compiled frames'",
-                        ha="center", va="center", fontsize=6.5, color=KIND_COLOURS[kind])
+            if note:
+                ax.text(i + 0.5, y + 0.4, note, ha="center", va="center", fontsize=6.5, color=KIND_COLOURS[kind])
     ax.set_xlim(0, max(len(c) for c in series.values()) if series else 1)
     ax.set_ylim(0, len(names) + 0.1)
     ax.set_yticks([len(names) - 1 - r + 0.5 for r in range(len(names))])
@@ -108,10 +108,26 @@ def draw_profiler(report, path):
     ax.set_xticks([i + 0.5 for i in range(max((len(c) for c in series.values()), default=0))])
     ax.set_xticklabels(["call %d" % (i + 1) for i in range(max((len(c) for c in series.values()), default=0))],
                        fontsize=8)
-    ax.set_xlabel("each profiled call on its own time axis (upper half CPU ops, lower half GPU kernels)", fontsize=8)
+    ax.set_xlabel(lanes_caption(report), fontsize=8)
     draw_policy_panel(side, report, names)
     finish(fig, path)
     return series
+
+
+def call_label(scenario, kind, segments):
+    """The label over one call and the note in its place: a call that Dynamo refused ran nothing,
+    so it is labelled for what happened (it counts as the bug, as the verdict counts it), not
+    "eager"."""
+    if not segments and scenario.get("refused"):
+        return "refused", "nothing ran: Dynamo raised\n(fullgraph=True)"
+    return kind, None
+
+
+def lanes_caption(report):
+    """The x axis, as the device has it: a CPU run has ops and no GPU kernels."""
+    if report.get("device") == "cuda":
+        return "each profiled call on its own time axis (upper half CPU ops, lower half GPU kernels)"
+    return "each profiled call on its own time axis (CPU ops; a CPU run launches no GPU kernels)"
 
 
 def policy_series(report):
@@ -120,14 +136,39 @@ def policy_series(report):
     return {k: v for k, v in (p.get("backward_matmuls") or {}).items() if v is not None}, p.get("baseline")
 
 
+def absent_bars(report, names):
+    """{scenario: why it has no bar} for each scenario whose backward was not counted."""
+    counts, _ = policy_series(report)
+    out = {}
+    for name in names:
+        s = report["scenarios"].get(name, {})
+        if name in counts:
+            continue
+        if s.get("backward_error"):
+            out[name] = "not counted: backward raised"
+        elif s.get("refused"):
+            out[name] = "not counted: nothing ran"
+        elif "backward_matmuls" in s and report.get("device") != "cuda":
+            out[name] = "not counted: on the CPU a matmul\nSAC serves from its cache looks computed"
+        elif "backward_matmuls" in s:
+            out[name] = "not counted on this device"
+        else:
+            out[name] = "not measured: forward only"
+    return out
+
+
 def draw_policy_panel(ax, report, names):
     counts, baseline = policy_series(report)
     ys = [len(names) - 1 - r + 0.5 for r in range(len(names))]
+    notes = absent_bars(report, names)
     for y, name in zip(ys, names):
         if name in counts:
             recomputed = baseline is not None and name in POLICY_SUBJECTS and counts[name] > baseline
             ax.barh(y, counts[name], height=0.5, color=COLOURS["eager" if recomputed else "matmul"])
             ax.text(counts[name] + 0.05, y, str(counts[name]), va="center", fontsize=8)
+        else:
+            ax.text(0.05, y, notes[name], va="center", fontsize=6.5, color=KIND_COLOURS["unknown"],
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
     if baseline is not None:
         ax.axvline(baseline, color="black", lw=1, ls="--")
         ax.text(baseline, -0.05, "saved: %d" % baseline, fontsize=7, ha="center", va="top")
