@@ -737,8 +737,10 @@ def documented_steps():
             line = line.split("#")[0]
             if "git bisect start" in line:
                 start = line.split("git bisect start", 1)[1].split()
-            elif "bisect_torch.py nightly-step" in line:
-                found.append((path, start, line.split("bisect_torch.py nightly-step", 1)[1].split()))
+            else:  # the tool by its file, or through the bundle's one command
+                step = re.search(r"(?:bisect_torch\.py|sac_repro bisect) nightly-step(.*)", line)
+                if step:
+                    found.append((path, start, step.group(1).split()))
     return found
 
 

@@ -59,6 +59,15 @@ def test_bisect_torch_runs_from_anywhere(tmp_path):
         assert proc.returncode == 128 and "must be older" in proc.stderr, (argv, proc.stderr)
 
 
+@pytest.mark.parametrize("argv, rc, said", [(["bisect", "releases", "2.12.0", "2.8.0"], 128, "must be older"),
+                                             (["bench", "--help"], 0, "--fsdp"),
+                                             (["--help"], 0, "python3 -m sac_repro bisect")])
+def test_the_one_command_runs_the_tools_from_anywhere(tmp_path, argv, rc, said):
+    for prefix, cwd in callers(tmp_path, "sac_repro"):
+        proc = subprocess.run([sys.executable] + prefix + argv, cwd=cwd, capture_output=True, text=True)
+        assert proc.returncode == rc and said in proc.stdout + proc.stderr, (prefix, proc.stdout, proc.stderr)
+
+
 def test_the_bench_finds_its_package_from_anywhere(tmp_path):
     for argv, cwd in callers(tmp_path, "sac_repro/bench/bench_sac_compile.py"):
         proc = subprocess.run([sys.executable] + argv + ["--help"], cwd=cwd, capture_output=True, text=True)

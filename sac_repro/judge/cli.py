@@ -79,7 +79,9 @@ def positive_float(text):
 
 def parse_args(argv, doc):
     p = Parser(prog="python3 -m sac_repro", description=doc,
-               epilog=codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+               epilog=codes_help() + "\n\nThe same command runs the bundle's tools: `python3 -m sac_repro bisect "
+               "COMMAND ...` (bisecting, its own --help) and `python3 -m sac_repro bench ...` (the bench).",
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="auto: cuda when available, else cpu")
     p.add_argument("--json", metavar="PATH", help="also write the verdict and evidence as JSON "
