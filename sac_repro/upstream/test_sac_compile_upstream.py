@@ -185,8 +185,9 @@ class SelectiveCheckpointOfCompiledFnTests(torch._dynamo.test_case.TestCase):
             f"pytorch/pytorch#161889: {3 - runs} of 3 calls of the compiled f under SAC "
             "ran eagerly: Dynamo skipped f under SAC's dispatch mode",
         )
+        # one frame compiled, whether as f itself (today) or as compile(sac(f)) with f's
+        # ops inside its checkpoint subgraph (a fix that moves the checkpoint in)
         self.assertEqual(cnt.frame_count, 1)
-        self.assertEqual(cnt.op_count, 5)
 
     # The proposal: a per-op policy should reach the ops of a compiled region. Today SAC is
     # asked about what Inductor's code dispatches (aten.mm.out), so MUST_SAVE on

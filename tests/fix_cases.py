@@ -1,0 +1,247 @@
+"""The candidate fix's hard cases (issue 39), measured in a child of their own under the torch and
+the PYTHONPATH it is given: each case's matmuls computed in one backward (torch.profiler, CPU),
+per step where it has steps, and the warnings it raised. tests/test_fix_candidate.py compares them
+with eager SAC's, and with today's (no candidate) where the candidate declined and said so.
+
+    python tests/fix_cases.py OUT.json [CASE ...]
+
+Every case is run three ways, by `how`: "eager SAC" (f itself under SAC), "sac(compile(f))" (the
+report's pattern) and "compile(sac(f))" (the reference where it compiles).
+"""
+import collections
+import functools
+import gc
+import json
+import sys
+import warnings
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint, CheckpointPolicy, create_selective_checkpoint_contexts
+
+from fix_probe import computed
+
+MM = torch.ops.aten.mm.default
+HOWS = ("eager SAC", "sac(compile(f))", "compile(sac(f))")
+WARNING_WORDS = ("checkpoint(torch.compile(f)", "out= call")
+
+
+def three_mm(x, w1, w2, w3):
+    return torch.relu(torch.relu(x @ w1) @ w2) @ w3
+
+
+def call(how, fn, context_fn, backend="inductor"):
+    """The step function for one way of combining fn and SAC."""
+    if how == "eager SAC":
+        return lambda *a: checkpoint(fn, *a, use_reentrant=False, context_fn=context_fn)
+    if how == "sac(compile(f))":
+        compiled = torch.compile(fn, backend=backend)
+        return lambda *a: checkpoint(compiled, *a, use_reentrant=False, context_fn=context_fn)
+    return torch.compile(lambda *a: checkpoint(fn, *a, use_reentrant=False, context_fn=context_fn), backend=backend)
+
+
+def inputs(n=3, size=16):
+    torch.manual_seed(0)
+    return [torch.randn(size, size, requires_grad=True) for _ in range(n + 1)]
+
+
+def backward_mm(step, args):
+    """Matmuls computed in one backward of step(*args), its forward outside the profile."""
+    loss = step(*args).sum()
+    with torch.profiler.profile() as prof:
+        loss.backward()
+    return computed(prof)
+
+
+def counting_context_fn():
+    """torchtitan's kind: a fresh counter per context_fn() call, saving every second matmul."""
+    meta = {"mm": 0}
+
+    def policy(ctx, op, *args, **kwargs):
+        if op is MM:
+            meta["mm"] += 1
+            return CheckpointPolicy.MUST_SAVE if meta["mm"] % 2 else CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+    return create_selective_checkpoint_contexts(policy)
+
+
+def case_counting(how):
+    step = call(how, three_mm, counting_context_fn)
+    args = inputs()
+    backward_mm(step, args)  # compile
+    return [backward_mm(step, args)]
+
+
+SAVED = [MM]
+
+
+def dict_policy(table):
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if table.get(op) else CheckpointPolicy.PREFER_RECOMPUTE
+    return functools.partial(create_selective_checkpoint_contexts, policy)
+
+
+def kwonly_policy(save):
+    def policy(ctx, op, *args, _save=save, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in _save else CheckpointPolicy.PREFER_RECOMPUTE
+    return functools.partial(create_selective_checkpoint_contexts, policy)
+
+
+def global_policy(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE if op in SAVED else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def case_look_alikes(how):
+    """Pairs of policies that differ only in a closure's dict, a keyword-only default or a global
+    list: the first saves the matmuls, the second nothing, one compiled f for both."""
+    out = []
+    fn = three_mm
+    compiled = torch.compile(fn)
+    for first, second in ((dict_policy({MM: True}), dict_policy({})),
+                          (kwonly_policy((MM,)), kwonly_policy(())),
+                          ("global", "global")):
+        for cf in (first, second):
+            if cf == "global":
+                SAVED[:] = [MM] if not out or len(out) % 2 == 0 else []
+                cf = functools.partial(create_selective_checkpoint_contexts, global_policy)
+            if how == "sac(compile(f))":
+                step = lambda *a, cf=cf: checkpoint(compiled, *a, use_reentrant=False, context_fn=cf)  # noqa: E731
+            else:
+                step = call(how, fn, cf)
+            args = inputs()
+            backward_mm(step, args)
+            out.append(backward_mm(step, args))
+    SAVED[:] = [MM]
+    return out
+
+
+class CallablePolicy:
+    def __call__(self, ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op is MM else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def case_fresh_each_step(how):
+    """A fresh callable policy in a fresh context_fn on every step, for 12 steps; then the same
+    compiled f outside SAC must still run compiled."""
+    compiled = torch.compile(three_mm)
+    out, alive = [], []
+    for _ in range(12):
+        policy = CallablePolicy()
+        alive.append(weakref.ref(policy))
+        cf = functools.partial(create_selective_checkpoint_contexts, policy)
+        if how == "sac(compile(f))":
+            step = lambda *a: checkpoint(compiled, *a, use_reentrant=False, context_fn=cf)  # noqa: E731
+        else:
+            step = call(how, three_mm, cf)
+        out.append(backward_mm(step, inputs()))
+        del policy, cf, step
+    gc.collect()
+    outside = compiled(*inputs())
+    return {"per_step": out, "alive": sum(r() is not None for r in alive),
+            "outside_compiled": type(outside.grad_fn).__name__ == "CompiledFunctionBackward"}
+
+
+def own_modes_context_fn():
+    """A context_fn that builds SAC's modes itself, as some libraries do."""
+    from torch.utils.checkpoint import _CachedTorchDispatchMode, _CachingTorchDispatchMode
+    storage = collections.defaultdict(dict)  # as create_selective_checkpoint_contexts makes it
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op is MM else CheckpointPolicy.PREFER_RECOMPUTE
+    try:
+        return _CachingTorchDispatchMode(policy, storage), _CachedTorchDispatchMode(policy, storage, False)
+    except TypeError:
+        return _CachingTorchDispatchMode(policy, storage), _CachedTorchDispatchMode(policy, storage)
+
+
+def case_own_modes(how):
+    """The own-modes context_fn, then an eager op on the output: backward must run."""
+    step = call(how, three_mm, own_modes_context_fn)
+    wrapped = lambda *a: torch.sin(step(*a))  # noqa: E731
+    args = inputs()
+    backward_mm(wrapped, args)
+    return [backward_mm(wrapped, args)]
+
+
+def value_reading_context_fn():
+    def policy(ctx, op, *args, **kwargs):
+        if op is MM and args and isinstance(args[0], torch.Tensor) and float(args[0].abs().sum()) > 0:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+    return create_selective_checkpoint_contexts(policy)
+
+
+def case_value_reading(how):
+    step = call(how, three_mm, value_reading_context_fn)
+    args = inputs()
+    backward_mm(step, args)
+    return [backward_mm(step, args)]
+
+
+def case_nested(how):
+    """The report's pattern inside an outer plain checkpoint."""
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    inner = call(how, three_mm, cf)
+    step = lambda *a: checkpoint(inner, *a, use_reentrant=False)  # noqa: E731
+    args = inputs()
+    backward_mm(step, args)
+    return [backward_mm(step, args)]
+
+
+def attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def case_warning_aot_eager(how):
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    step = call(how, three_mm, cf, backend="aot_eager")
+    args = inputs()
+    backward_mm(step, args)
+    return [backward_mm(step, args)]
+
+
+def case_warning_fallback(how):
+    """SDPA on the CPU: Inductor calls its aten fallback, which SAC caches."""
+    ops = [torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default]
+    cf = functools.partial(create_selective_checkpoint_contexts, ops)
+    step = call(how, attention, cf)
+    torch.manual_seed(0)
+    args = [torch.randn(2, 4, 32, 16, requires_grad=True) for _ in range(3)]
+    step(*args).sum().backward()
+    step(*args).sum().backward()
+    return ["ran"]
+
+
+def case_warning_mm(how):
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    step = call(how, three_mm, cf)
+    args = inputs()
+    backward_mm(step, args)
+    return [backward_mm(step, args)]
+
+
+CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def main(path, names):
+    result = {"torch": torch.__version__, "label": getattr(sys.modules.get("sitecustomize"), "CHANGE_LABEL", None)}
+    for name in names or CASES:
+        result[name] = {}
+        for how in HOWS:
+            torch._dynamo.reset()
+            getattr(sys.modules.get("sitecustomize"), "_said", set()).clear()  # the candidate says each once
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                try:
+                    got = CASES[name](how)
+                except Exception as e:  # a crash is an answer too: the test compares it with today's
+                    got = {"raised": "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:200])}
+            said = [str(w.message) for w in seen if any(word in str(w.message) for word in WARNING_WORDS)]
+            result[name][how] = {"got": got, "said": said}
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
