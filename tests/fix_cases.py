@@ -55,14 +55,16 @@ def backward_mm(step, args):
 
 
 def counting_context_fn():
-    """torchtitan's kind: a fresh counter per context_fn() call, saving every second matmul."""
-    meta = {"mm": 0}
+    """torchtitan's policy (its _get_custom_policy): a fresh counter per context_fn() call, one
+    count for forward and one for recompute, saving every matmul but every second one."""
+    meta = collections.defaultdict(int)
 
     def policy(ctx, op, *args, **kwargs):
+        key = "%s_mm_count" % ("recompute" if ctx.is_recompute else "forward")
         if op is MM:
-            meta["mm"] += 1
-            return CheckpointPolicy.MUST_SAVE if meta["mm"] % 2 else CheckpointPolicy.PREFER_RECOMPUTE
-        return CheckpointPolicy.PREFER_RECOMPUTE
+            meta[key] += 1
+        save = op is MM and meta[key] % 2 == 1
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
     return create_selective_checkpoint_contexts(policy)
 
 
