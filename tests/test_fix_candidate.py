@@ -7,6 +7,7 @@ environment's torch 2.13; the release tier its warn mode there too, and both on 
 the candidate, and compile(sac(f)) under two policies of the same code in one process."""
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -321,3 +322,29 @@ def test_with_the_revert_loaded_first_the_candidate_says_so_truly(tmp_path):
     label = proc.stdout.strip().splitlines()[-1]
     assert "not loaded: the 2.10 fix is reverted in-process (by " in label and "revert_fix" in label, label
     assert "before 2.10" not in label
+
+
+# ----------------------------------------------------------------- h200_check.sh, its GPU measurement
+H200_CHECK = os.path.join(CANDIDATE, "h200_check.sh")
+
+
+def test_the_gpu_check_runs_from_the_bundles_folder():
+    """It runs its steps by paths from the bundle's folder: after the move into sac_repro/policy/
+    its `cd` went to sac_repro/, where none of them is."""
+    line = next(l for l in open(H200_CHECK) if l.startswith('cd "$(dirname "$0")/'))
+    up = line.split('"$(dirname "$0")/', 1)[1].split('"', 1)[0]
+    assert os.path.normpath(os.path.join(CANDIDATE, up)) == ROOT, line
+
+
+@pytest.mark.release  # the bench three times and the upstream block, on the CPU: a few minutes
+def test_the_gpu_check_as_a_dry_run_on_the_cpu(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
+    env.update(DEVICE="cpu", BENCH_ARGS="--small", STEP_S="400", BUDGET_S="1800", PYTHON=sys.executable,
+               CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(["bash", H200_CHECK, str(tmp_path)], capture_output=True, text=True, env=env, timeout=1900)
+    steps = (tmp_path / "steps.txt").read_text()
+    for name in ("bench_fix", "bench_plain", "bench_warn"):
+        assert re.search(r"^%s rc=0 \(expected 0\)" % name, steps, re.M), steps + proc.stdout[-2000:]
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "under the candidate, sac(compile(block)) / compile(sac(block))" in summary, summary
+    assert "warn mode: backward matmuls and peak memory as without the candidate: yes" in summary, summary

@@ -22,7 +22,7 @@ if [ -z "$out" ] || [ ! -d "$out" ] || [ ! -w "$out" ]; then
     exit 128
 fi
 out=$(cd "$out" && pwd) || exit 128
-cd "$(dirname "$0")/../.." || exit 128
+cd "$(dirname "$0")/../../.." || exit 128  # the bundle's folder
 python=${PYTHON:-python3}
 device=${DEVICE:-cuda}
 budget=${BUDGET_S:-570}
