@@ -15,4 +15,6 @@ try:
 except Exception as e:  # a broken copy of the bundle: abort a bisect rather than read it
     print("error: cannot import sac_repro (%s): copy the bundle's whole folder" % e, file=sys.stderr)
     sys.exit(128)
+if tool:
+    sys.argv[0] = "python3 -m sac_repro " + tool  # what --help and usage errors name
 sys.exit(entry.main(sys.argv[2:]) if tool else entry.main(entry.SCRIPT))

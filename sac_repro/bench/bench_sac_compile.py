@@ -37,7 +37,8 @@ except Exception as e:  # copied without its package: abort (exits.EXIT_ABORT, u
 
 
 def parse_args(argv):
-    p = Parser(prog="bench_sac_compile.py", description=__doc__.split("\n\n")[0],
+    p = Parser(prog=sys.argv[0] if sys.argv[0].startswith("python3 -m") else "bench_sac_compile.py",
+               description=__doc__.split("\n\n")[0],
                epilog=exits.codes_help(exits.BENCH_CODES, "exit codes:"),
                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
