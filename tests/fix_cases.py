@@ -191,6 +191,72 @@ def case_nested(how):
     return [backward_mm(step, args)]
 
 
+class Block(torch.nn.Module):
+    def __init__(self, norm=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(16, 16)) for _ in range(3)])
+        self.norm = torch.nn.BatchNorm1d(16) if norm else None
+
+    def forward(self, x):
+        x = torch.relu(x @ self.w[0])
+        if self.norm is not None:
+            x = self.norm(x)
+        return torch.relu(x @ self.w[1]) @ self.w[2]
+
+
+def module_case(how, block):
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    if how == "eager SAC":
+        step = lambda x: checkpoint(block, x, use_reentrant=False, context_fn=cf)  # noqa: E731
+    elif how == "sac(compile(f))":
+        compiled = torch.compile(block)
+        step = lambda x: checkpoint(compiled, x, use_reentrant=False, context_fn=cf)  # noqa: E731
+    else:
+        step = torch.compile(lambda x: checkpoint(block, x, use_reentrant=False, context_fn=cf))
+    x = torch.randn(16, 16, requires_grad=True)
+    backward_mm(step, [x])
+    return [backward_mm(step, [x])]
+
+
+def case_hooked_wrapper(how):
+    """A hook on what torch.compile(module) returns: the region would call the module inside."""
+    block = Block()
+    if how == "sac(compile(f))":
+        compiled = torch.compile(block)
+        compiled.register_forward_hook(lambda m, i, o: o * 2)
+        cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+        x = torch.randn(16, 16, requires_grad=True)
+        step = lambda x: checkpoint(compiled, x, use_reentrant=False, context_fn=cf)  # noqa: E731
+        backward_mm(step, [x])
+        return [backward_mm(step, [x])]
+    return module_case(how, block)
+
+
+def case_buffers(how):
+    """BatchNorm in the module: eager SAC updates its running stats again in recompute."""
+    return module_case(how, Block(norm=True))
+
+
+def case_copied_context_fn(how):
+    """The context_fn copied after a step, the original dropped, then a step at a new shape."""
+    import copy
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    compiled = torch.compile(three_mm) if how == "sac(compile(f))" else three_mm
+    out = []
+    for size in (16, 8):
+        if how == "compile(sac(f))":
+            step = torch.compile(lambda *a, cf=cf: checkpoint(three_mm, *a, use_reentrant=False, context_fn=cf))
+        else:
+            step = lambda *a, cf=cf: checkpoint(compiled, *a, use_reentrant=False, context_fn=cf)  # noqa: E731
+        args = inputs(size=size)
+        backward_mm(step, args)
+        out.append(backward_mm(step, args))
+        cf = copy.deepcopy(cf)
+        gc.collect()
+    return out
+
+
 def attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
 

@@ -56,6 +56,9 @@ CONTEXT_FNS_PER_FUNCTION = 4
 _tls = threading.local()  # .inductor: depth of Inductor's compiled code running
 _said = set()  # each decline reason and the warning, once per process
 _per_function = weakref.WeakKeyDictionary()  # compiled function -> {"context_fns": n, "declined": bool}
+# context_fn -> {compiled function -> its compiled region}; a region holds its context_fn weakly,
+# so an entry goes when the user drops the context_fn, and nothing is stored on the user's object
+_regions = weakref.WeakKeyDictionary()
 
 
 def say(msg):
@@ -71,9 +74,9 @@ def once(message):
 def decline(why):
     """Today's behaviour, said once per reason."""
     once("torch.utils.checkpoint: checkpoint(torch.compile(f), ..., context_fn=...) runs as it does "
-         "without the candidate fix: %s. The policy is not applied to f's own ops there; "
-         "torch.compile(lambda *a: checkpoint(f, *a, use_reentrant=False, context_fn=context_fn)) "
-         "applies it." % why)
+         "without the candidate fix: %s. To have the policy applied to f's ops as compile(sac(f)) "
+         "applies it, checkpoint inside the compiled function: torch.compile(lambda *a: checkpoint(f, "
+         "*a, use_reentrant=False, context_fn=context_fn))." % why)
     return None
 
 
@@ -166,13 +169,23 @@ def region_for(function, context_fn, kwargs):
         return decline("its context_fn is a %s, and compile(sac(f)) takes a function or a "
                        "functools.partial" % type(context_fn).__name__)
     options = sorted(k for k in ("determinism_check", "debug", "early_stop") if k in kwargs)
+    if kwargs.get("preserve_rng_state", True) is False:
+        options.append("preserve_rng_state=False")
     if options:
         return decline("checkpoint was given %s" % ", ".join(options))
+    if isinstance(function, TORCH.nn.Module):
+        module = found[0] if isinstance(found[0], TORCH.nn.Module) else function
+        if module is not function and hooks_of(function):
+            # the region calls the module torch.compile wrapped, not the wrapper that holds these
+            return decline("the compiled module's wrapper has hooks, which the region would not run")
+        if any(True for _ in module.buffers()):
+            return decline("the module holds buffers, which eager SAC updates again in recompute "
+                           "and compile(sac(f)) does not")
     try:
         state = _per_function.setdefault(function, {"context_fns": 0, "declined": False})
-        regions = context_fn.__dict__.setdefault("_sac_compiled_regions", weakref.WeakKeyDictionary())
+        regions = _regions.setdefault(context_fn, weakref.WeakKeyDictionary())
     except TypeError:  # no weak reference to it: it could only be kept alive
-        return decline("the compiled function cannot be referred to weakly")
+        return decline("the compiled function or the context_fn cannot be referred to weakly")
     region = regions.get(function)
     if region is not None:
         return region
@@ -184,10 +197,14 @@ def region_for(function, context_fn, kwargs):
                        "compiles it for at most %d (one compile each); pass one context_fn object per "
                        "policy" % (state["context_fns"] + 1, CONTEXT_FNS_PER_FUNCTION))
     state["context_fns"] += 1
-    # held by the context_fn itself: the compiled region lives as long as the user's context_fn
     regions[function] = region = compiled_region(found[0], found[1], context_fn)
-    region._sac_fix = {"f": found[0], "state": state, "ran": False}
+    region._sac_fix = {"f": found[0], "state": state}
     return region
+
+
+def hooks_of(module):
+    return any(getattr(module, name, None) for name in (
+        "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks"))
 
 
 def checkpoint(function, *args, use_reentrant=None, context_fn=None, **kwargs):
@@ -211,14 +228,13 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, **kwargs):
     try:
         out = region(*args, **kwargs)
     except Exception as e:
-        if this["ran"] or not compile_error(e):
+        if not compile_error(e):
             raise
-        this["state"]["declined"] = True  # it never compiled: today's behaviour, which this call then runs
+        this["state"]["declined"] = True  # it did not compile: today's behaviour, which this call then runs
         decline("compile(sac(f)) did not compile (%s)" % (str(e).strip().splitlines() or [type(e).__name__])[0][:200])
         return ORIGINAL["checkpoint"](function, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
     finally:
         _tls.running = before
-    this["ran"] = True
     return out
 
 
