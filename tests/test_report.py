@@ -174,7 +174,9 @@ def test_the_h200_run_nsys_transcript_is_what_the_code_prints_today(tmp_path):
     # the capture's own judge gets the capture run's hand-off (recorded beside the capture); the
     # second, `--report` on the file alone, gets none
     handoff = tmp_path / "capture_run.json"
-    handoff.write_text(json.dumps(recorded_child(data("h200-torch2.11-fix-reverted", "capture_run.json"))))
+    # recorded at c54df5a, when the revert lay in tools/revert_fix; the transcript is of today's layout
+    recorded_handoff = json.dumps(recorded_child(data("h200-torch2.11-fix-reverted", "capture_run.json")))
+    handoff.write_text(recorded_handoff.replace("/tools/revert_fix/", "/sac_repro/revert_fix/"))
     for extra, run_lines in zip((["--hunt-fix", "--_env", handoff], []), runs[1:]):
         rc, stdout, _ = judge("--from-nsys", REVERTED_CSV, *extra)
         assert drift_lines(run_lines) == drift_lines(stdout.splitlines())
