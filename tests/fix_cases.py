@@ -3,7 +3,7 @@ the PYTHONPATH it is given: each case's matmuls computed in one backward (torch.
 per step where it has steps, and the warnings it raised. tests/test_fix_candidate.py compares them
 with eager SAC's, and with today's (no candidate) where the candidate declined and said so.
 
-    python tests/fix_cases.py OUT.json [CASE ...]
+    python tests/fix_cases.py OUT.json [--reported-only] [CASE ...]
 
 Every case is run three ways, by `how`: "eager SAC" (f itself under SAC), "sac(compile(f))" (the
 report's pattern) and "compile(sac(f))" (the reference where it compiles).
@@ -292,11 +292,11 @@ def case_warning_mm(how):
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
-def main(path, names):
+def main(path, names, hows=HOWS):
     result = {"torch": torch.__version__, "label": getattr(sys.modules.get("sitecustomize"), "CHANGE_LABEL", None)}
     for name in names or CASES:
         result[name] = {}
-        for how in HOWS:
+        for how in hows:
             torch._dynamo.reset()
             getattr(sys.modules.get("sitecustomize"), "_said", set()).clear()  # the candidate says each once
             with warnings.catch_warnings(record=True) as seen:
@@ -312,4 +312,6 @@ def main(path, names):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    reported_only = "--reported-only" in sys.argv[2:]  # the candidate changes only this way
+    main(sys.argv[1], [a for a in sys.argv[2:] if a != "--reported-only"],
+         ("sac(compile(f))",) if reported_only else HOWS)
