@@ -116,6 +116,7 @@ def policy_guard(python, candidate):
 
 
 # One test per child process: under pytest-xdist the two tiers' slow children spread over workers.
+@pytest.mark.release  # the fast tier runs the hard cases under the candidate; this probe is the releases' too
 def test_under_the_candidate_sac_of_compiled_f_computes_eager_sacs_matmuls(tmp_path):
     result, _ = probe(sys.executable, tmp_path, "fix", *CASES)
     assert result["torch"].startswith("2.13."), result["torch"]
