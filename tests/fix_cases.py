@@ -257,6 +257,22 @@ def case_copied_context_fn(how):
     return out
 
 
+def case_wrong_shape_first(how):
+    """A call with a wrong shape raises (the caller's error, today as with the candidate); the
+    right calls after it are measured."""
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    step = call(how, three_mm, cf)
+    good = inputs()
+    try:
+        step(torch.randn(16, 5), *good[1:])
+    except Exception:
+        pass
+    else:
+        raise AssertionError("a (16, 5) @ (16, 16) matmul ran")
+    backward_mm(step, good)
+    return [backward_mm(step, good)]
+
+
 def attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
 

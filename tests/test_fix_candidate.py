@@ -275,10 +275,11 @@ def assert_right_or_declined(fixed, today):
 EAGER_SAC_ON_2_13 = {"counting": [7], "look_alikes": [6, 8, 6, 8, 6, 8], "fresh_each_step": {"per_step": [6] * 12},
                      "own_modes": [6], "value_reading": [6], "nested": [6], "hooked_wrapper": [6], "buffers": [6],
                      "copied_context_fn": [6, 6], "warning_aot_eager": [6], "warning_fallback": ["ran"],
-                     "warning_mm": [6]}
+                     "warning_mm": [6], "wrong_shape_first": [6]}
 TODAY_ON_2_13 = {"counting": [9], "look_alikes": [9] * 6, "fresh_each_step": {"per_step": [9] * 12, "alive": 0},
                  "own_modes": [9], "value_reading": [9], "nested": [9], "hooked_wrapper": [9], "buffers": [9],
-                 "copied_context_fn": [9, 9], "warning_aot_eager": [6], "warning_fallback": ["ran"], "warning_mm": [9]}
+                 "copied_context_fn": [9, 9], "warning_aot_eager": [6], "warning_fallback": ["ran"], "warning_mm": [9],
+                 "wrong_shape_first": [9]}
 
 
 def test_the_candidate_is_right_or_declines_on_the_hard_cases(tmp_path):
@@ -298,6 +299,8 @@ def test_the_candidate_is_right_or_declines_on_the_hard_cases(tmp_path):
     assert any(DECLINED in m and "nested" in m for m in fixed["nested"]["sac(compile(f))"]["said"])
     # where it applies, the policy sees f's ops: no aten.mm.out, so no warning
     assert fixed["warning_mm"]["sac(compile(f))"] == {"got": [6], "said": []}
+    # the caller's own error is raised as today raises it, and says no decline (an attack's find)
+    assert fixed["wrong_shape_first"]["sac(compile(f))"] == {"got": [6], "said": []}
 
 
 @pytest.mark.release  # two more children: today's numbers measured, and the warning alone

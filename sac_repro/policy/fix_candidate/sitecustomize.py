@@ -157,8 +157,10 @@ def is_checkpoint_hook(pack):
 def region_for(function, context_fn, kwargs):
     """The compiled compile(sac(f)) to run instead, or None for today's behaviour."""
     found = compiled_parts(function)
-    if found is None or TORCH.compiler.is_compiling():
-        return None  # not a compiled function (eager SAC), or Dynamo traces this call itself
+    if found is None or TORCH._guards.TracingContext.try_get() is not None:
+        # not a compiled function (eager SAC), or inside a trace on this thread (a flag such as
+        # torch.compiler.is_compiling() is the whole process's: another thread may be compiling)
+        return None
     import torch._inductor.config as inductor_config
     if getattr(inductor_config, "wrap_inductor_compiled_regions", False):
         return None  # the existing opt-in: SAC sees the compiled region as one op, as asked
@@ -186,11 +188,11 @@ def region_for(function, context_fn, kwargs):
         regions = _regions.setdefault(context_fn, weakref.WeakKeyDictionary())
     except TypeError:  # no weak reference to it: it could only be kept alive
         return decline("the compiled function or the context_fn cannot be referred to weakly")
+    if state["declined"]:
+        return None  # said when it was decided
     region = regions.get(function)
     if region is not None:
         return region
-    if state["declined"]:
-        return None  # said when it was decided
     if state["context_fns"] >= CONTEXT_FNS_PER_FUNCTION:
         state["declined"] = True
         return decline("this compiled function has met %d different context_fn objects, and the candidate "
@@ -230,9 +232,13 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, **kwargs):
     except Exception as e:
         if not compile_error(e):
             raise
-        this["state"]["declined"] = True  # it did not compile: today's behaviour, which this call then runs
+        _tls.running = before
+        # today's path, with this call: where it raises too, the error is the call's own (a wrong
+        # shape, say), and it is raised as today raises it, the candidate still on
+        out = ORIGINAL["checkpoint"](function, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        this["state"]["declined"] = True  # today's path runs where compile(sac(f)) did not compile
         decline("compile(sac(f)) did not compile (%s)" % (str(e).strip().splitlines() or [type(e).__name__])[0][:200])
-        return ORIGINAL["checkpoint"](function, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        return out
     finally:
         _tls.running = before
     return out
