@@ -272,19 +272,19 @@ def assert_right_or_declined(fixed, today):
 
 # eager SAC's and sac(compile(f))'s backward matmuls without the candidate on 2.13.0+cpu, per case
 # (tests/fix_cases.py, 2026-12-05); the release tier measures both again and holds them to these
-EAGER_SAC_ON_2_13 = {"counting": [7], "look_alikes": [6, 8, 6, 8, 6, 8], "fresh_each_step": {"per_step": [6] * 12},
+EAGER_SAC_ON_2_13 = {"counting": [7, 12], "look_alikes": [6, 8, 6, 8, 6, 8], "fresh_each_step": {"per_step": [6] * 12},
                      "own_modes": [6], "value_reading": [6], "nested": [6], "hooked_wrapper": [6], "buffers": [6],
                      "copied_context_fn": [6, 6], "warning_aot_eager": [6], "warning_fallback": ["ran"],
                      "warning_mm": [6], "wrong_shape_first": [6]}
-TODAY_ON_2_13 = {"counting": [9], "look_alikes": [9] * 6, "fresh_each_step": {"per_step": [9] * 12, "alive": 0},
+TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 6, "fresh_each_step": {"per_step": [9] * 12, "alive": 0},
                  "own_modes": [9], "value_reading": [9], "nested": [9], "hooked_wrapper": [9], "buffers": [9],
                  "copied_context_fn": [9, 9], "warning_aot_eager": [6], "warning_fallback": ["ran"], "warning_mm": [9],
                  "wrong_shape_first": [9]}
 
 
 def test_the_candidate_is_right_or_declines_on_the_hard_cases(tmp_path):
-    """Issue 39's classes and an attack's: torchtitan's counting policy over 3 matmuls (eager SAC 7,
-    today 9), policies alike but for a dict, a keyword-only default or a global (each its own
+    """Issue 39's classes and an attack's: torchtitan's counting policy over 3 and 5 matmuls (eager SAC 7
+    and 12, today 9 and 15, the old candidate 8 and 13), policies alike but for a dict, a keyword-only default or a global (each its own
     graph; the old candidate shared one), a fresh callable policy on each of 12 steps (no storm,
     none kept alive; the old candidate kept 12), a context_fn that builds SAC's modes itself, a
     policy that reads a value, a nested checkpoint, a hook on the compiled module's wrapper, a
@@ -294,7 +294,7 @@ def test_the_candidate_is_right_or_declines_on_the_hard_cases(tmp_path):
     today = {case: {"sac(compile(f))": {"got": got}} for case, got in TODAY_ON_2_13.items()}
     assert set(today) == set(fixed) - {"torch", "label"}, "a case without today's number"
     assert_right_or_declined(fixed, today)
-    assert fixed["counting"]["sac(compile(f))"]["got"] == [7]  # applied, not declined
+    assert fixed["counting"]["sac(compile(f))"]["got"] == [7, 12]  # applied, not declined
     assert fixed["look_alikes"]["sac(compile(f))"]["got"][:4] == [6, 8, 6, 8]
     assert any(DECLINED in m and "nested" in m for m in fixed["nested"]["sac(compile(f))"]["said"])
     # where it applies, the policy sees f's ops: no aten.mm.out, so no warning
