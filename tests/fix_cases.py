@@ -157,26 +157,42 @@ def case_fresh_each_step(how):
             "outside_compiled": type(outside.grad_fn).__name__ == "CompiledFunctionBackward"}
 
 
-def own_modes_context_fn():
-    """A context_fn that builds SAC's modes itself, as some libraries do."""
+def own_modes_context_fn(cached_policy=True):
+    """A context_fn that builds SAC's modes itself, as some libraries do; with cached_policy=False
+    the recompute mode gets None for its policy, as create_selective_checkpoint_contexts gives it
+    where that mode ignores it (2.13)."""
     from torch.utils.checkpoint import _CachedTorchDispatchMode, _CachingTorchDispatchMode
     storage = collections.defaultdict(dict)  # as create_selective_checkpoint_contexts makes it
 
     def policy(ctx, op, *args, **kwargs):
         return CheckpointPolicy.MUST_SAVE if op is MM else CheckpointPolicy.PREFER_RECOMPUTE
     try:
-        return _CachingTorchDispatchMode(policy, storage), _CachedTorchDispatchMode(policy, storage, False)
+        return (_CachingTorchDispatchMode(policy, storage),
+                _CachedTorchDispatchMode(policy if cached_policy else None, storage, False))
     except TypeError:
         return _CachingTorchDispatchMode(policy, storage), _CachedTorchDispatchMode(policy, storage)
 
 
 def case_own_modes(how):
-    """The own-modes context_fn, then an eager op on the output: backward must run."""
-    step = call(how, three_mm, own_modes_context_fn)
-    wrapped = lambda *a: torch.sin(step(*a))  # noqa: E731
-    args = inputs()
-    backward_mm(wrapped, args)
-    return [backward_mm(wrapped, args)]
+    """The own-modes context_fn with an eager op on the checkpoint's output, and where this torch's
+    recompute mode ignores its policy (2.13) also given None, then with the eager op inside the
+    checkpointed function, which calls f (the old candidate crashed backward there: aten.mm.out
+    not found in storage)."""
+    forms = [(own_modes_context_fn, False)]
+    if not hasattr(create_selective_checkpoint_contexts([MM])[1], "policy_fn"):
+        forms += [(functools.partial(own_modes_context_fn, cached_policy=False), inside) for inside in (False, True)]
+    out = []
+    for cf, inside in forms:
+        if inside:
+            fn = torch.compile(three_mm) if how == "sac(compile(f))" else three_mm
+            step = call("compile(sac(f))" if how == "compile(sac(f))" else "eager SAC",
+                        lambda *a, fn=fn: torch.sin(fn(*a)), cf)
+        else:
+            step = lambda *a, inner=call(how, three_mm, cf): torch.sin(inner(*a))  # noqa: E731
+        args = inputs()
+        backward_mm(step, args)
+        out.append(backward_mm(step, args))
+    return out
 
 
 def value_reading_context_fn():
@@ -188,10 +204,20 @@ def value_reading_context_fn():
 
 
 def case_value_reading(how):
-    step = call(how, three_mm, value_reading_context_fn)
-    args = inputs()
-    backward_mm(step, args)
-    return [backward_mm(step, args)]
+    """A policy that reads a value cannot be traced: compiled with fullgraph=False and True, each
+    must still run f's compiled code (today's), not f eagerly, nor crash."""
+    out, compiled = [], []
+    for fullgraph in (False, True):
+        if how == "sac(compile(f))":
+            fn = torch.compile(three_mm, fullgraph=fullgraph)
+            step = lambda *a, fn=fn: checkpoint(fn, *a, use_reentrant=False, context_fn=value_reading_context_fn)  # noqa: E731
+        else:
+            step = call(how, three_mm, value_reading_context_fn)  # compile(sac(f)) breaks the graph here
+        args = inputs()
+        backward_mm(step, args)
+        out.append(backward_mm(step, args))
+        compiled.append(type(step(*args).grad_fn).__name__ == "CompiledFunctionBackward")
+    return {"per_step": out, "compiled": compiled}
 
 
 def case_nested(how):

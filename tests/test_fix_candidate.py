@@ -265,6 +265,8 @@ def assert_right_or_declined(fixed, today):
         declined = any(DECLINED in m for m in said)
         for i, (n, right, old) in enumerate(zip(steps(got), steps(eager), steps(was))):
             assert n == right or (n == old and declined), (case, i, n, right, old, said)
+        if isinstance(got, dict) and "compiled" in got:  # f's compiled code ran, as today
+            assert all(got["compiled"]), (case, got)
         if isinstance(got, dict) and "alive" in got:
             assert got["alive"] == today[case]["sac(compile(f))"]["got"]["alive"] == 0, (case, got)
             assert got["outside_compiled"], (case, got)
@@ -273,11 +275,13 @@ def assert_right_or_declined(fixed, today):
 # eager SAC's and sac(compile(f))'s backward matmuls without the candidate on 2.13.0+cpu, per case
 # (tests/fix_cases.py, 2026-12-05); the release tier measures both again and holds them to these
 EAGER_SAC_ON_2_13 = {"counting": [7, 12], "look_alikes": [6, 8, 6, 8, 6, 8], "fresh_each_step": {"per_step": [6] * 12},
-                     "own_modes": [6], "value_reading": [6], "nested": [6], "hooked_wrapper": [6], "buffers": [6],
+                     "own_modes": [6, 6, 6], "value_reading": {"per_step": [6, 6]}, "nested": [6], "hooked_wrapper": [6],
+                     "buffers": [6],
                      "copied_context_fn": [6, 6], "warning_aot_eager": [6], "warning_fallback": ["ran"],
                      "warning_mm": [6], "wrong_shape_first": [6]}
 TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 6, "fresh_each_step": {"per_step": [9] * 12, "alive": 0},
-                 "own_modes": [9], "value_reading": [9], "nested": [9], "hooked_wrapper": [9], "buffers": [9],
+                 "own_modes": [9, 9, 9], "value_reading": {"per_step": [9, 9]}, "nested": [9], "hooked_wrapper": [9],
+                 "buffers": [9],
                  "copied_context_fn": [9, 9], "warning_aot_eager": [6], "warning_fallback": ["ran"], "warning_mm": [9],
                  "wrong_shape_first": [9]}
 

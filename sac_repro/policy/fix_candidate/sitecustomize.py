@@ -260,8 +260,15 @@ def caching_dispatch(self, func, types_, args=(), kwargs=None):
              "context_fn=...)). To apply a per-op policy to f's ops, checkpoint inside the compiled "
              "function, compile(sac(f)): torch.compile(lambda *a: checkpoint(f, *a, use_reentrant=False, "
              "context_fn=context_fn)); or set torch._inductor.config.wrap_inductor_compiled_regions = True "
-             "to have the policy asked about the compiled region as one op (pytorch/pytorch#161889)" % func)
+             "to have the policy asked about the compiled region as one op (pytorch/pytorch#161889)%s" % (
+                 func, FIX_MODE_NOTE if MODE == "fix" else ""))
     return ORIGINAL["caching_dispatch"](self, func, types_, args, kwargs)
+
+
+# in fix mode the warning marks a call the candidate left alone: say so, as a decline does
+FIX_MODE_NOTE = (". This call runs as it does without the candidate fix: the candidate applies only where "
+                 "checkpoint is given the torch.compile'd function or module itself (not a function that "
+                 "calls it), and only where it does not decline, which it says")
 
 
 WARNING = "the warning"  # once, whichever out= call is asked first
