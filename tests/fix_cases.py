@@ -312,6 +312,78 @@ def case_wrong_shape_first(how):
     return [backward_mm(step, good)]
 
 
+def case_state_in_place(how):
+    """f changes state in place outside any module's buffers (a step counter in a closure, a
+    BatchNorm in a closure): eager SAC changes it again in recompute; so must the candidate, or
+    decline. The state after two steps is part of the answer."""
+    counter, norm = torch.zeros(()), torch.nn.BatchNorm1d(16)
+
+    def counted(x, w1, w2, w3):
+        counter.add_(1)
+        return torch.relu(norm(torch.relu(x @ w1)) @ w2) @ w3
+    step = call(how, counted, functools.partial(create_selective_checkpoint_contexts, [MM]))
+    args = inputs()
+    backward_mm(step, args)
+    n = backward_mm(step, args)
+    return {"per_step": [n], "state": [float(counter), int(norm.num_batches_tracked)]}
+
+
+def checkpoint_inside(x, w1, w2, w3):
+    return checkpoint(three_mm, x, w1, w2, w3, use_reentrant=False) @ w1
+
+
+def case_checkpoint_inside_f(how):
+    """f calls a plain checkpoint itself: compile(sac(f)) nests it, eager SAC does not."""
+    step = call(how, checkpoint_inside, functools.partial(create_selective_checkpoint_contexts, [MM]))
+    args = inputs()
+    backward_mm(step, args)
+    return [backward_mm(step, args)]
+
+
+def case_recompile_limit(how):
+    """A new shape on each of 4 steps past a recompile_limit of 2: where Dynamo runs f eagerly
+    today, the candidate's region may too (eager SAC's answer), not today's compiled f afresh."""
+    import torch._dynamo.config as dynamo_config
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    compiled = torch.compile(three_mm, dynamic=False) if how == "sac(compile(f))" else None
+    out, limit = [], dynamo_config.recompile_limit
+    dynamo_config.recompile_limit = 2
+    try:
+        for size in (16, 8, 12, 4):
+            if how == "sac(compile(f))":
+                step = lambda *a: checkpoint(compiled, *a, use_reentrant=False, context_fn=cf)  # noqa: E731
+            else:
+                step = call(how, three_mm, cf)
+            out.append(backward_mm(step, inputs(size=size)))
+    finally:
+        dynamo_config.recompile_limit = limit
+    return out
+
+
+def case_force_eager_steps(how):
+    """Two steps under torch.compiler.set_stance("force_eager"), then two as usual."""
+    step = call(how, three_mm, functools.partial(create_selective_checkpoint_contexts, [MM]))
+    out = []
+    for stance in ("force_eager", "force_eager", "default", "default"):
+        with torch.compiler.set_stance(stance):
+            out.append(backward_mm(step, inputs()))
+    return out
+
+
+def case_fresh_compile_each_step(how):
+    """torch.compile(f) made anew on each of 6 steps, one context_fn: at most 4 compiles."""
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    out = []
+    for _ in range(6):
+        if how == "sac(compile(f))":
+            compiled = torch.compile(three_mm)
+            step = lambda *a: checkpoint(compiled, *a, use_reentrant=False, context_fn=cf)  # noqa: E731
+        else:
+            step = call(how, three_mm, cf)
+        out.append(backward_mm(step, inputs()))
+    return out
+
+
 def attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
 
@@ -353,7 +425,10 @@ def main(path, names, hows=HOWS):
         result[name] = {}
         for how in hows:
             torch._dynamo.reset()
-            getattr(sys.modules.get("sitecustomize"), "_said", set()).clear()  # the candidate says each once
+            # each case as in a process of its own: the candidate says each thing once, and counts
+            # the compiles of one f (three_mm serves every case) over the process
+            for state in ("_said", "_per_function"):
+                getattr(sys.modules.get("sitecustomize"), state, set()).clear()
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")
                 try:

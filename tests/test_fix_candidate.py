@@ -265,6 +265,9 @@ def assert_right_or_declined(fixed, today):
         declined = any(DECLINED in m for m in said)
         for i, (n, right, old) in enumerate(zip(steps(got), steps(eager), steps(was))):
             assert n == right or (n == old and declined), (case, i, n, right, old, said)
+        if isinstance(got, dict) and "state" in got:  # what f changed in place, changed as eager SAC changes it
+            assert got["state"] == (hows["eager SAC"]["got"] if "eager SAC" in hows else EAGER_SAC_ON_2_13[case])["state"], \
+                (case, got)
         if isinstance(got, dict) and "compiled" in got:  # f's compiled code ran, as today
             assert all(got["compiled"]), (case, got)
         if isinstance(got, dict) and "alive" in got:
@@ -278,12 +281,16 @@ EAGER_SAC_ON_2_13 = {"counting": [7, 12], "look_alikes": [6, 8, 6, 8, 6, 8], "fr
                      "own_modes": [6, 6, 6], "value_reading": {"per_step": [6, 6]}, "nested": [6], "hooked_wrapper": [6],
                      "buffers": [6],
                      "copied_context_fn": [6, 6], "warning_aot_eager": [6], "warning_fallback": ["ran"],
-                     "warning_mm": [6], "wrong_shape_first": [6]}
+                     "warning_mm": [6], "wrong_shape_first": [6],
+                     "state_in_place": {"per_step": [6], "state": [4.0, 4]}, "checkpoint_inside_f": [10],
+                     "recompile_limit": [6] * 4, "force_eager_steps": [6] * 4, "fresh_compile_each_step": [6] * 6}
 TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 6, "fresh_each_step": {"per_step": [9] * 12, "alive": 0},
                  "own_modes": [9, 9, 9], "value_reading": {"per_step": [9, 9]}, "nested": [9], "hooked_wrapper": [9],
                  "buffers": [9],
                  "copied_context_fn": [9, 9], "warning_aot_eager": [6], "warning_fallback": ["ran"], "warning_mm": [9],
-                 "wrong_shape_first": [9]}
+                 "wrong_shape_first": [9], "state_in_place": {"per_step": [9], "state": [4.0, 4]},
+                 "checkpoint_inside_f": [15], "recompile_limit": [9, 9, 6, 6], "force_eager_steps": [6, 6, 9, 9],
+                 "fresh_compile_each_step": [9] * 6}
 
 
 def test_the_candidate_is_right_or_declines_on_the_hard_cases(tmp_path):
@@ -303,6 +310,12 @@ def test_the_candidate_is_right_or_declines_on_the_hard_cases(tmp_path):
     assert any(DECLINED in m and "nested" in m for m in fixed["nested"]["sac(compile(f))"]["said"])
     # where it applies, the policy sees f's ops: no aten.mm.out, so no warning
     assert fixed["warning_mm"]["sac(compile(f))"] == {"got": [6], "said": []}
+    # a debugging stance declines nothing (an attack's find: it declined f for good, blaming a graph break)
+    assert fixed["force_eager_steps"]["sac(compile(f))"] == {"got": [6] * 4, "said": []}
+    # a torch.compile(f) made anew each step: at most 4 regions, whose graphs live as long as f
+    # does (an attack's find: one region a step, 0.65 MB a step for good), then today's, said
+    fresh = fixed["fresh_compile_each_step"]["sac(compile(f))"]
+    assert fresh["got"] == [6] * 4 + [9] * 2 and any(DECLINED in m and "at most 4" in m for m in fresh["said"]), fresh
     # the caller's own error is raised as today raises it, and says no decline (an attack's find)
     assert fixed["wrong_shape_first"]["sac(compile(f))"] == {"got": [6], "said": []}
 

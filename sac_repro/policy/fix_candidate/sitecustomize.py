@@ -49,13 +49,16 @@ CHANGE_LABEL = "%s (not loaded: torch was not imported)" % WHAT
 # "module:qualname" of each torch function replaced, once the change is made (docs/fix.md lists them)
 REPLACED = []
 ORIGINAL = {}  # the same names -> the functions they were
-# context_fn objects one compiled function may meet, each compiled once, before the candidate
-# decides that it gets a new one on every call and declines for that function
+# (compile wrapper, context_fn) pairs one f may come with, each compiled once, before the candidate
+# decides that it gets a new one on every call and declines for that f
 CONTEXT_FNS_PER_FUNCTION = 4
 
-_tls = threading.local()  # .inductor: depth of Inductor's compiled code running
+# per thread: .inductor, depth of Inductor's compiled code running; .running, the region this call
+# runs; .veto, why its trace stopped; .trace_depth, checkpoints its trace runs; .quiet, calls left as
+# they are, where the warning is not given
+_tls = threading.local()
 _said = set()  # each decline reason and the warning, once per process
-_per_function = weakref.WeakKeyDictionary()  # compiled function -> {"context_fns": n, "declined": bool}
+_per_function = weakref.WeakKeyDictionary()  # f -> {"context_fns": n, "declined": bool}
 # context_fn -> {compiled function -> its compiled region}; a region holds its context_fn weakly,
 # so an entry goes when the user drops the context_fn, and nothing is stored on the user's object
 _regions = weakref.WeakKeyDictionary()
@@ -184,7 +187,9 @@ def region_for(function, context_fn, kwargs):
             return decline("the module holds buffers, which eager SAC updates again in recompute "
                            "and compile(sac(f)) does not")
     try:
-        state = _per_function.setdefault(function, {"context_fns": 0, "declined": False})
+        # counted by f, not by its compile wrapper: a torch.compile(f) made anew on every step
+        # would otherwise make a region, and its graphs, on every step
+        state = _per_function.setdefault(found[0], {"context_fns": 0, "declined": False})
         regions = _regions.setdefault(context_fn, weakref.WeakKeyDictionary())
     except TypeError:  # no weak reference to it: it could only be kept alive
         return decline("the compiled function or the context_fn cannot be referred to weakly")
@@ -195,9 +200,10 @@ def region_for(function, context_fn, kwargs):
         return region
     if state["context_fns"] >= CONTEXT_FNS_PER_FUNCTION:
         state["declined"] = True
-        return decline("this compiled function has met %d different context_fn objects, and the candidate "
-                       "compiles it for at most %d (one compile each); pass one context_fn object per "
-                       "policy" % (state["context_fns"] + 1, CONTEXT_FNS_PER_FUNCTION))
+        return decline("f has come with %d different pairs of torch.compile wrapper and context_fn object, "
+                       "and the candidate compiles it for at most %d (one compile each); compile f once, "
+                       "and pass one context_fn object per policy" % (state["context_fns"] + 1,
+                                                                      CONTEXT_FNS_PER_FUNCTION))
     state["context_fns"] += 1
     regions[function] = region = compiled_region(found[0], found[1], context_fn)
     region._sac_fix = {"f": found[0], "state": state}
@@ -209,50 +215,100 @@ def hooks_of(module):
         "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks"))
 
 
+class Veto(Exception):
+    """Raised inside the region's trace where compile(sac(f)) would not give eager SAC's answer."""
+
+
+def veto(why):
+    _tls.veto = why
+    raise Veto(why)
+
+
 def checkpoint(function, *args, use_reentrant=None, context_fn=None, **kwargs):
     """torch.utils.checkpoint.checkpoint: a torch.compile'd function under a SAC context_fn runs as
     compile(sac(f)); everything else as before."""
     if context_fn is None:
         context_fn = CKPT.noop_context_fn
     running = getattr(_tls, "running", None)
+    if running is not None and TORCH._guards.TracingContext.try_get() is not None:
+        return traced_checkpoint(function, args, use_reentrant, context_fn, kwargs)
     if running is not None and function is running[0]:
-        # Dynamo ran compile(sac(f))'s checkpoint eagerly (a graph break): f would run eagerly
-        running[1]["declined"] = True
-        decline("Dynamo could not compile the checkpoint inside torch.compile (it broke the graph there)")
-        function = running[2]
+        # Dynamo ran the region without compiling it, graph breaks raising there: its stance says
+        # eager (force_eager) or the region reached recompile_limit. So would f: eager SAC it is
+        return ORIGINAL["checkpoint"](function, *args, use_reentrant=use_reentrant, context_fn=context_fn, **kwargs)
     region = None
     if use_reentrant is False and context_fn is not CKPT.noop_context_fn:
         region = region_for(function, context_fn, kwargs)
     if region is None:
-        return ORIGINAL["checkpoint"](function, *args, use_reentrant=use_reentrant, context_fn=context_fn, **kwargs)
+        # a compiled function left as it is: declined (said), or not the candidate's to change
+        quiet = compiled_parts(function) is not None
+        _tls.quiet = getattr(_tls, "quiet", 0) + quiet
+        try:
+            return ORIGINAL["checkpoint"](function, *args, use_reentrant=use_reentrant, context_fn=context_fn, **kwargs)
+        finally:
+            _tls.quiet -= quiet
     this = region._sac_fix
-    before, _tls.running = running, (this["f"], this["state"], function)
+    before, _tls.running, _tls.veto = running, (this["f"], this["state"], function), None
     try:
-        out = region(*args, **kwargs)
+        with ERROR_ON_GRAPH_BREAK(True):  # a graph break raises in the region, never runs f eagerly
+            out = region(*args, **kwargs)
     except Exception as e:
         if not compile_error(e):
             raise
         _tls.running = before
+        if recompile_limit_hit(e):
+            # where f itself would run eagerly too, past its own limit: eager SAC, no decline
+            return ORIGINAL["checkpoint"](this["f"], *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        why = _tls.veto or "compile(sac(f)) did not compile (%s)" % (
+            (str(e).strip().splitlines() or [type(e).__name__])[0][:200])
         # today's path, with this call: where it raises too, the error is the call's own (a wrong
         # shape, say), and it is raised as today raises it, the candidate still on
-        out = ORIGINAL["checkpoint"](function, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
-        this["state"]["declined"] = True  # today's path runs where compile(sac(f)) did not compile
-        decline("compile(sac(f)) did not compile (%s)" % (str(e).strip().splitlines() or [type(e).__name__])[0][:200])
+        _tls.quiet = getattr(_tls, "quiet", 0) + 1
+        try:
+            out = ORIGINAL["checkpoint"](function, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        finally:
+            _tls.quiet -= 1
+        this["state"]["declined"] = True
+        decline(why)
         return out
     finally:
         _tls.running = before
     return out
 
 
+def traced_checkpoint(function, args, use_reentrant, context_fn, kwargs):
+    """A checkpoint that the region's trace runs (tag_activation_checkpoint's): the region's own,
+    or one inside f, which compile(sac(f)) nests and eager SAC runs flat."""
+    depth = getattr(_tls, "trace_depth", 0)
+    if depth:
+        veto("f calls checkpoint itself, and compile(sac(f)) nests that checkpoint in the outer one, "
+             "which eager SAC does not")
+    _tls.trace_depth = depth + 1
+    try:
+        return ORIGINAL["checkpoint"](function, *args, use_reentrant=use_reentrant, context_fn=context_fn, **kwargs)
+    finally:
+        _tls.trace_depth = depth
+
+
 def compile_error(e):
     """An error of Dynamo's or Inductor's compile, as opposed to one the function itself raised."""
-    return type(e).__module__.startswith(("torch._dynamo", "torch._inductor"))
+    return isinstance(e, Veto) or type(e).__module__.startswith(("torch._dynamo", "torch._inductor"))
+
+
+def recompile_limit_hit(e):
+    first = str(e).split("\n", 1)[0]
+    return type(e).__name__ == "FailOnRecompileLimitHit" or "recompile_limit" in first or "recompile limit" in first
 
 
 def caching_dispatch(self, func, types_, args=(), kwargs=None):
     """_CachingTorchDispatchMode.__torch_dispatch__: the warning, where the policy is asked, inside
     Inductor's compiled code, about an out= overload."""
-    if getattr(_tls, "inductor", 0) and is_out_overload(func) and WARNING not in _said:
+    if (getattr(_tls, "running", None) is not None and getattr(func, "_schema", None) is not None
+            and func._schema.is_mutable and func not in CKPT.SAC_IGNORED_OPS
+            and TORCH._guards.TracingContext.try_get() is not None):
+        veto("f changes a tensor in place (%s), which eager SAC does again when it recomputes f in "
+             "backward, and compile(sac(f)) does once" % func)
+    if getattr(_tls, "inductor", 0) and not getattr(_tls, "quiet", 0) and is_out_overload(func) and WARNING not in _said:
         _said.add(WARNING)
         once("torch.utils.checkpoint: a selective activation checkpointing policy was asked about %s, "
              "the out= call that Inductor's compiled code makes for the compiled function's own op "
@@ -307,6 +363,9 @@ def targets(torch):
     for key, owner, attr, _ in wanted:
         if owner is None or not callable(vars(owner).get(attr)):
             return None, "%s.%s is missing" % (getattr(owner, "__qualname__", getattr(owner, "__name__", "?")), attr)
+    import torch._dynamo.decorators as decorators
+    if not hasattr(decorators, "error_on_graph_break"):
+        return None, "torch._dynamo.error_on_graph_break is missing"
     for needed in ("_TorchDynamoContext", "DisableContext", "OptimizedModule"):
         if not hasattr(eval_frame, needed):
             return None, "torch._dynamo.eval_frame.%s is missing" % needed
@@ -327,7 +386,7 @@ def targets(torch):
 
 def install(torch):
     """Makes the whole change on an imported torch, or none of it (one line says why)."""
-    global CHANGE_LABEL, TORCH, CKPT, EVAL_FRAME, SAC_MODES, CHECKPOINT_PACK_CODES
+    global CHANGE_LABEL, TORCH, CKPT, EVAL_FRAME, SAC_MODES, CHECKPOINT_PACK_CODES, ERROR_ON_GRAPH_BREAK
     if REPLACED:
         return True
     try:
@@ -341,6 +400,7 @@ def install(torch):
     import torch._dynamo.eval_frame as eval_frame
     import torch.utils.checkpoint as ckpt
     TORCH, CKPT, EVAL_FRAME = torch, ckpt, eval_frame
+    ERROR_ON_GRAPH_BREAK = torch._dynamo.error_on_graph_break
     SAC_MODES = (ckpt._CachingTorchDispatchMode, ckpt._CachedTorchDispatchMode)
     CHECKPOINT_PACK_CODES = nested_codes(ckpt._checkpoint_hook, "pack_hook") | \
         nested_codes(ckpt._recomputation_hook, "pack_hook")
@@ -387,7 +447,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 FINDER = _Finder()
-TORCH = CKPT = EVAL_FRAME = None
+TORCH = CKPT = EVAL_FRAME = ERROR_ON_GRAPH_BREAK = None
 SAC_MODES = ()
 CHECKPOINT_PACK_CODES = set()
 if MODE not in MODES:
