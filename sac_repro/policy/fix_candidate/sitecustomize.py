@@ -11,10 +11,11 @@ SAC_FIX_CANDIDATE picks the mode:
 - fix (the default): `checkpoint(compiled_f, *args, use_reentrant=False, context_fn=...)` runs as
   compile(sac(f)): the checkpoint moves inside the compiled function, with the same torch.compile
   options and the user's own context_fn, which Dynamo calls on every trace. One compile per
-  (compiled function, context_fn object): the identity the user gave, no guess. Where it cannot be
-  right it declines, keeps today's behaviour and says so once, naming why: a context_fn that is
-  not a function or functools.partial, a new context_fn on every call, a checkpoint nested in
-  another, checkpoint options compile(sac(f)) does not take.
+  (compile wrapper, context_fn object), at most 4 per f: the identity the user gave, no guess.
+  Where it cannot be right it declines, keeps today's behaviour and says so once, naming why: a
+  context_fn that is not a function or functools.partial, a new context_fn on every call, a
+  checkpoint nested in another or inside f, f changing a tensor in place, checkpoint options
+  compile(sac(f)) does not take, a compile(sac(f)) that does not compile (a graph break raises).
 - warn: changes no result; the warning alone (below).
 
 Each part stands for one file of PyTorch (docs/fix.md has the design, its risks and the numbers):
