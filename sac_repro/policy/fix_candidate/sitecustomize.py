@@ -200,7 +200,7 @@ def region_for(function, context_fn, kwargs):
     if region is not None:
         return region
     if state["context_fns"] >= CONTEXT_FNS_PER_FUNCTION:
-        state["declined"] = True
+        # this pair only: the regions made already keep running
         return decline("f has come with %d different pairs of torch.compile wrapper and context_fn object, "
                        "and the candidate compiles it for at most %d (one compile each); compile f once, "
                        "and pass one context_fn object per policy" % (state["context_fns"] + 1,
