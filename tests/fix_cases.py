@@ -207,12 +207,14 @@ def case_value_reading(how):
     """A policy that reads a value cannot be traced: compiled with fullgraph=False and True, each
     must still run f's compiled code (today's), not f eagerly, nor crash."""
     out, compiled = [], []
-    for fullgraph in (False, True):
+    save_mm = functools.partial(create_selective_checkpoint_contexts, [MM])
+    # then a policy that can be traced, on f compiled again: a decline for one policy is not f's
+    for fullgraph, cf in ((False, value_reading_context_fn), (True, value_reading_context_fn), (False, save_mm)):
         if how == "sac(compile(f))":
             fn = torch.compile(three_mm, fullgraph=fullgraph)
-            step = lambda *a, fn=fn: checkpoint(fn, *a, use_reentrant=False, context_fn=value_reading_context_fn)  # noqa: E731
+            step = lambda *a, fn=fn, cf=cf: checkpoint(fn, *a, use_reentrant=False, context_fn=cf)  # noqa: E731
         else:
-            step = call(how, three_mm, value_reading_context_fn)  # compile(sac(f)) breaks the graph here
+            step = call(how, three_mm, cf)  # compile(sac(f)) breaks the graph at the value-reading one
         args = inputs()
         backward_mm(step, args)
         out.append(backward_mm(step, args))
@@ -273,8 +275,11 @@ def case_hooked_wrapper(how):
 
 
 def case_buffers(how):
-    """BatchNorm in the module: eager SAC updates its running stats again in recompute."""
-    return module_case(how, Block(norm=True))
+    """BatchNorm in the module: in training eager SAC updates its running stats again in
+    recompute; in eval its buffers are only read, and nothing stands in the candidate's way."""
+    out = module_case(how, Block(norm=True))
+    block = Block(norm=True).eval()
+    return out + module_case(how, block)
 
 
 def case_copied_context_fn(how):
@@ -370,13 +375,33 @@ def case_force_eager_steps(how):
     return out
 
 
+def case_strict_stances(how):
+    """f compiled and run outside SAC, then a SAC step under set_stance("fail_on_recompile") and
+    one under "eager_on_recompile": a region is a new compile, which these stances forbid."""
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    compiled = torch.compile(three_mm)
+    compiled(*inputs())
+    out = []
+    for stance in ("fail_on_recompile", "eager_on_recompile"):
+        if how == "sac(compile(f))":
+            step = lambda *a: checkpoint(compiled, *a, use_reentrant=False, context_fn=cf)  # noqa: E731
+        else:
+            step = call(how, three_mm, cf)
+            if how == "compile(sac(f))":
+                backward_mm(step, inputs())  # compiled before the stance, as f was
+        with torch.compiler.set_stance(stance):
+            out.append(backward_mm(step, inputs()))
+    return out
+
+
 def case_fresh_compile_each_step(how):
-    """torch.compile(f) made anew on each of 6 steps, one context_fn: at most 4 compiles."""
+    """torch.compile(f) made anew on each of 6 steps, of an f made anew too (a lambda of the same
+    code, which Dynamo's cache serves), one context_fn: at most 4 compiles."""
     cf = functools.partial(create_selective_checkpoint_contexts, [MM])
     out = []
     for _ in range(6):
         if how == "sac(compile(f))":
-            compiled = torch.compile(three_mm)
+            compiled = torch.compile(lambda *a: three_mm(*a))
             step = lambda *a: checkpoint(compiled, *a, use_reentrant=False, context_fn=cf)  # noqa: E731
         else:
             step = call(how, three_mm, cf)
@@ -426,8 +451,8 @@ def main(path, names, hows=HOWS):
         for how in hows:
             torch._dynamo.reset()
             # each case as in a process of its own: the candidate says each thing once, and counts
-            # the compiles of one f (three_mm serves every case) over the process
-            for state in ("_said", "_per_function"):
+            # the compiles of one f's code (three_mm serves every case) over the process
+            for state in ("_said", "_per_code"):
                 getattr(sys.modules.get("sitecustomize"), state, set()).clear()
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")

@@ -278,15 +278,15 @@ def assert_right_or_declined(fixed, today):
 # eager SAC's and sac(compile(f))'s backward matmuls without the candidate on 2.13.0+cpu, per case
 # (tests/fix_cases.py, 2026-12-05); the release tier measures both again and holds them to these
 EAGER_SAC_ON_2_13 = {"counting": [7, 12], "look_alikes": [6, 8, 6, 8, 6, 8, 6], "fresh_each_step": {"per_step": [6] * 12},
-                     "own_modes": [6, 6, 6], "value_reading": {"per_step": [6, 6]}, "nested": [6], "hooked_wrapper": [6],
-                     "buffers": [6],
+                     "own_modes": [6, 6, 6], "value_reading": {"per_step": [6, 6, 6]}, "nested": [6], "hooked_wrapper": [6],
+                     "buffers": [6, 6], "strict_stances": [6, 9],
                      "copied_context_fn": [6, 6], "warning_aot_eager": [6], "warning_fallback": ["ran"],
                      "warning_mm": [6], "wrong_shape_first": [6],
                      "state_in_place": {"per_step": [6], "state": [4.0, 4]}, "checkpoint_inside_f": [10],
                      "recompile_limit": [6] * 4, "force_eager_steps": [6] * 4, "fresh_compile_each_step": [6] * 6}
 TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 7, "fresh_each_step": {"per_step": [9] * 12, "alive": 0},
-                 "own_modes": [9, 9, 9], "value_reading": {"per_step": [9, 9]}, "nested": [9], "hooked_wrapper": [9],
-                 "buffers": [9],
+                 "own_modes": [9, 9, 9], "value_reading": {"per_step": [9, 9, 9]}, "nested": [9], "hooked_wrapper": [9],
+                 "buffers": [9, 9], "strict_stances": [9, 9],
                  "copied_context_fn": [9, 9], "warning_aot_eager": [6], "warning_fallback": ["ran"], "warning_mm": [9],
                  "wrong_shape_first": [9], "state_in_place": {"per_step": [9], "state": [4.0, 4]},
                  "checkpoint_inside_f": [15], "recompile_limit": [9, 9, 6, 6], "force_eager_steps": [6, 6, 9, 9],
@@ -317,6 +317,10 @@ def test_the_candidate_is_right_or_declines_on_the_hard_cases(tmp_path):
     # does (an attack's find: one region a step, 0.65 MB a step for good), then today's, said
     fresh = fixed["fresh_compile_each_step"]["sac(compile(f))"]
     assert fresh["got"] == [6] * 4 + [9] * 2 and any(DECLINED in m and "at most 4" in m for m in fresh["said"]), fresh
+    # declines that were false (a fourth attack): read-only buffers; one policy's failed compile
+    # taking f from every other policy
+    assert fixed["buffers"]["sac(compile(f))"]["got"][-1] == 6
+    assert fixed["value_reading"]["sac(compile(f))"]["got"]["per_step"][-1] == 6
     # the caller's own error is raised as today raises it, and says no decline (an attack's find)
     assert fixed["wrong_shape_first"]["sac(compile(f))"] == {"got": [6], "said": []}
 

@@ -59,7 +59,7 @@ CONTEXT_FNS_PER_FUNCTION = 4
 # they are, where the warning is not given
 _tls = threading.local()
 _said = set()  # each decline reason and the warning, once per process
-_per_function = weakref.WeakKeyDictionary()  # f -> {"context_fns": n, "declined": bool}
+_per_code = {}  # f's code object -> {"context_fns": n}
 # context_fn -> {compiled function -> its compiled region}; a region holds its context_fn weakly,
 # so an entry goes when the user drops the context_fn, and nothing is stored on the user's object
 _regions = weakref.WeakKeyDictionary()
@@ -168,6 +168,13 @@ def region_for(function, context_fn, kwargs):
     import torch._inductor.config as inductor_config
     if getattr(inductor_config, "wrap_inductor_compiled_regions", False):
         return None  # the existing opt-in: SAC sees the compiled region as one op, as asked
+    stance = getattr(getattr(EVAL_FRAME, "_stance", None), "stance", "default")
+    if stance == "force_eager":
+        return None  # f runs eagerly today too: eager SAC
+    if stance != "default":
+        # a stance that forbids compiling or runs eagerly on a recompile: a region is a new compile
+        return decline("torch.compiler.set_stance(%r) is in effect, under which the candidate compiles "
+                       "nothing" % stance)
     if in_a_checkpoint():
         return decline("this checkpoint is nested in another checkpoint, whose recompute would run "
                        "the compiled region again")
@@ -184,21 +191,19 @@ def region_for(function, context_fn, kwargs):
         if module is not function and hooks_of(function):
             # the region calls the module torch.compile wrapped, not the wrapper that holds these
             return decline("the compiled module's wrapper has hooks, which the region would not run")
-        if any(True for _ in module.buffers()):
-            return decline("the module holds buffers, which eager SAC updates again in recompute "
-                           "and compile(sac(f)) does not")
     try:
-        # counted by f, not by its compile wrapper: a torch.compile(f) made anew on every step
-        # would otherwise make a region, and its graphs, on every step
-        state = _per_function.setdefault(found[0], {"context_fns": 0, "declined": False})
         regions = _regions.setdefault(context_fn, weakref.WeakKeyDictionary())
     except TypeError:  # no weak reference to it: it could only be kept alive
-        return decline("the compiled function or the context_fn cannot be referred to weakly")
-    if state["declined"]:
-        return None  # said when it was decided
-    region = regions.get(function)
+        return decline("the context_fn cannot be referred to weakly")
+    # counted by f's code, as Dynamo caches f: a torch.compile(f), or an f, made anew on every
+    # step would otherwise make a region, and its graphs, on every step
+    state = _per_code.setdefault(code_of(found[0]), {"context_fns": 0})
+    try:
+        region = regions.get(function)
+    except TypeError:
+        return decline("the compiled function cannot be referred to weakly")
     if region is not None:
-        return region
+        return None if region._sac_fix["declined"] else region  # a declined one said so when it was
     if state["context_fns"] >= CONTEXT_FNS_PER_FUNCTION:
         # this pair only: the regions made already keep running
         return decline("f has come with %d different pairs of torch.compile wrapper and context_fn object, "
@@ -207,8 +212,16 @@ def region_for(function, context_fn, kwargs):
                                                                       CONTEXT_FNS_PER_FUNCTION))
     state["context_fns"] += 1
     regions[function] = region = compiled_region(found[0], found[1], context_fn)
-    region._sac_fix = {"f": found[0], "state": state}
+    region._sac_fix = {"f": found[0], "declined": False}
     return region
+
+
+def code_of(f):
+    """What Dynamo caches f's compiled code by: its code object (a module's forward's)."""
+    if isinstance(f, TORCH.nn.Module):
+        f = type(f).forward
+    f = getattr(f, "__func__", f)
+    return getattr(f, "__code__", f)
 
 
 def hooks_of(module):
@@ -249,7 +262,7 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, **kwargs):
         finally:
             _tls.quiet -= quiet
     this = region._sac_fix
-    before, _tls.running, _tls.veto = running, (this["f"], this["state"], function), None
+    before, _tls.running, _tls.veto = running, (this["f"], function), None
     try:
         with ERROR_ON_GRAPH_BREAK(True):  # a graph break raises in the region, never runs f eagerly
             out = region(*args, **kwargs)
@@ -269,7 +282,7 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, **kwargs):
             out = ORIGINAL["checkpoint"](function, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
         finally:
             _tls.quiet -= 1
-        this["state"]["declined"] = True
+        this["declined"] = True  # this region only: another context_fn may compile
         decline(why)
         return out
     finally:
@@ -307,8 +320,9 @@ def caching_dispatch(self, func, types_, args=(), kwargs=None):
     if (getattr(_tls, "running", None) is not None and getattr(func, "_schema", None) is not None
             and func._schema.is_mutable and func not in CKPT.SAC_IGNORED_OPS
             and TORCH._guards.TracingContext.try_get() is not None):
-        veto("f changes a tensor in place (%s), which eager SAC does again when it recomputes f in "
-             "backward, and compile(sac(f)) does once" % func)
+        veto("f changes a tensor in place (%s): eager SAC, recomputing f in backward, may change it "
+             "again, compile(sac(f)) changes it once, so the candidate cannot promise eager SAC's "
+             "answer" % func)
     if getattr(_tls, "inductor", 0) and not getattr(_tls, "quiet", 0) and is_out_overload(func) and WARNING not in _said:
         _said.add(WARNING)
         once("torch.utils.checkpoint: a selective activation checkpointing policy was asked about %s, "
