@@ -394,6 +394,43 @@ def case_strict_stances(how):
     return out
 
 
+def case_stance_after_default(how):
+    """A step as usual, then one under set_stance("fail_on_recompile") and one under
+    "eager_on_recompile", same shapes: what compiled before runs under them (a decline there sent
+    the call to today's path, whose f had never compiled: a crash where today runs)."""
+    step = call(how, three_mm, functools.partial(create_selective_checkpoint_contexts, [MM]))
+    out = [backward_mm(step, inputs())]
+    for stance in ("fail_on_recompile", "eager_on_recompile"):
+        with torch.compiler.set_stance(stance):
+            out.append(backward_mm(step, inputs()))
+    return out
+
+
+class PolicyError(Exception):
+    pass
+
+
+def raising_context_fn():
+    def policy(ctx, op, *args, **kwargs):
+        raise PolicyError("this policy raises whatever it is asked")
+    return create_selective_checkpoint_contexts(policy)
+
+
+def case_raising_policy(how):
+    """A policy that raises its own error, on 4 calls: each raises it, as today; Dynamo's frame
+    traces over the 4 calls are counted (today's f traces once; a region retried on every call
+    would trace on every call)."""
+    from torch._dynamo.utils import counters
+    step = call(how, three_mm, raising_context_fn)
+    before, raised = counters["frames"]["total"], []
+    for _ in range(4):
+        try:
+            step(*inputs())
+        except Exception as e:
+            raised.append(type(e).__name__ == "PolicyError" or "PolicyError" in str(e))
+    return {"per_step": [], "raised": raised, "traces": counters["frames"]["total"] - before}
+
+
 def case_fresh_compile_each_step(how):
     """torch.compile(f) made anew on each of 6 steps, of an f made anew too (a lambda of the same
     code, which Dynamo's cache serves), one context_fn: at most 4 compiles."""

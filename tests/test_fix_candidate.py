@@ -279,14 +279,16 @@ def assert_right_or_declined(fixed, today):
 # (tests/fix_cases.py, 2026-12-05); the release tier measures both again and holds them to these
 EAGER_SAC_ON_2_13 = {"counting": [7, 12], "look_alikes": [6, 8, 6, 8, 6, 8, 6], "fresh_each_step": {"per_step": [6] * 12},
                      "own_modes": [6, 6, 6], "value_reading": {"per_step": [6, 6, 6]}, "nested": [6], "hooked_wrapper": [6],
-                     "buffers": [6, 6], "strict_stances": [6, 9],
+                     "buffers": [6, 6], "strict_stances": [6, 9], "stance_after_default": [6] * 3,
+                     "raising_policy": {"per_step": []},
                      "copied_context_fn": [6, 6], "warning_aot_eager": [6], "warning_fallback": ["ran"],
                      "warning_mm": [6], "wrong_shape_first": [6],
                      "state_in_place": {"per_step": [6], "state": [4.0, 4]}, "checkpoint_inside_f": [10],
                      "recompile_limit": [6] * 4, "force_eager_steps": [6] * 4, "fresh_compile_each_step": [6] * 6}
 TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 7, "fresh_each_step": {"per_step": [9] * 12, "alive": 0},
                  "own_modes": [9, 9, 9], "value_reading": {"per_step": [9, 9, 9]}, "nested": [9], "hooked_wrapper": [9],
-                 "buffers": [9, 9], "strict_stances": [9, 9],
+                 "buffers": [9, 9], "strict_stances": [9, 9], "stance_after_default": [9] * 3,
+                 "raising_policy": {"per_step": []},
                  "copied_context_fn": [9, 9], "warning_aot_eager": [6], "warning_fallback": ["ran"], "warning_mm": [9],
                  "wrong_shape_first": [9], "state_in_place": {"per_step": [9], "state": [4.0, 4]},
                  "checkpoint_inside_f": [15], "recompile_limit": [9, 9, 6, 6], "force_eager_steps": [6, 6, 9, 9],
@@ -341,6 +343,11 @@ def assert_the_finds(fixed):
         assert got("buffers")["got"][-1] == 6
     if got("value_reading"):
         assert got("value_reading")["got"]["per_step"][-1] == 6
+    if got("raising_policy"):  # the policy's own error each call, as today; no trace on every call
+        assert got("raising_policy")["got"]["raised"] == [True] * 4, got("raising_policy")
+        assert got("raising_policy")["got"]["traces"] <= 3, got("raising_policy")
+    if got("stance_after_default"):  # what compiled before runs under a strict stance (it crashed)
+        assert got("stance_after_default")["got"] == [6] * 3, got("stance_after_default")
     if got("wrong_shape_first"):  # the caller's own error is raised as today raises it, no decline said
         assert got("wrong_shape_first") == {"got": [6], "said": []}
 

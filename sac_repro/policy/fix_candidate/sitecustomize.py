@@ -168,13 +168,6 @@ def region_for(function, context_fn, kwargs):
     import torch._inductor.config as inductor_config
     if getattr(inductor_config, "wrap_inductor_compiled_regions", False):
         return None  # the existing opt-in: SAC sees the compiled region as one op, as asked
-    stance = getattr(getattr(EVAL_FRAME, "_stance", None), "stance", "default")
-    if stance == "force_eager":
-        return None  # f runs eagerly today too: eager SAC
-    if stance != "default":
-        # a stance that forbids compiling or runs eagerly on a recompile: a region is a new compile
-        return decline("torch.compiler.set_stance(%r) is in effect, under which the candidate compiles "
-                       "nothing" % stance)
     if in_a_checkpoint():
         return decline("this checkpoint is nested in another checkpoint, whose recompute would run "
                        "the compiled region again")
@@ -204,12 +197,21 @@ def region_for(function, context_fn, kwargs):
         return decline("the compiled function cannot be referred to weakly")
     if region is not None:
         return None if region._sac_fix["declined"] else region  # a declined one said so when it was
+    stance = getattr(getattr(EVAL_FRAME, "_stance", None), "stance", "default")
+    if stance == "force_eager":
+        return None  # f runs eagerly today too: eager SAC
+    if stance != "default":
+        # a stance that forbids compiling or runs eagerly on a recompile: a region not made yet
+        # would be a new compile (one made before runs under it, as f's compiled code would)
+        return decline("torch.compiler.set_stance(%r) is in effect, and compile(sac(f)) for this "
+                       "context_fn has not been compiled before it" % stance)
     if state["context_fns"] >= CONTEXT_FNS_PER_FUNCTION:
         # this pair only: the regions made already keep running
-        return decline("f has come with %d different pairs of torch.compile wrapper and context_fn object, "
-                       "and the candidate compiles it for at most %d (one compile each); compile f once, "
-                       "and pass one context_fn object per policy" % (state["context_fns"] + 1,
-                                                                      CONTEXT_FNS_PER_FUNCTION))
+        return decline("f's code (%s) has come with %d different pairs of compiled function and context_fn "
+                       "object (functions or modules that share one code count together, as Dynamo caches "
+                       "them), and the candidate compiles it at most %d times" % (
+                           getattr(code_of(found[0]), "co_name", "?"), state["context_fns"] + 1,
+                           CONTEXT_FNS_PER_FUNCTION))
     state["context_fns"] += 1
     regions[function] = region = compiled_region(found[0], found[1], context_fn)
     region._sac_fix = {"f": found[0], "declined": False}
@@ -280,6 +282,15 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, **kwargs):
         _tls.quiet = getattr(_tls, "quiet", 0) + 1
         try:
             out = ORIGINAL["checkpoint"](function, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        except Exception:
+            # the error is the call's own; where this region failed to compile before too, it
+            # would be traced again on every call: stop that
+            this["failures"] = this.get("failures", 0) + 1
+            if this["failures"] >= 2:
+                this["declined"] = True
+                decline("compile(sac(f)) did not compile twice, and today's path raised too, the "
+                        "call's own error")
+            raise
         finally:
             _tls.quiet -= 1
         this["declined"] = True  # this region only: another context_fn may compile
