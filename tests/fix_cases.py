@@ -428,7 +428,7 @@ def case_raising_policy(how):
             step(*inputs())
         except Exception as e:
             raised.append(type(e).__name__ == "PolicyError" or "PolicyError" in str(e))
-    return {"per_step": [], "raised": raised, "traces": counters["frames"]["total"] - before}
+    return {"per_step": [], "policy_error": raised, "traces": counters["frames"]["total"] - before}
 
 
 def case_fresh_compile_each_step(how):
