@@ -446,6 +446,42 @@ def case_fresh_compile_each_step(how):
     return out
 
 
+def case_many_blocks(how):
+    """Ten blocks of one class, each compiled on its own (five by torch.compile(block), five by
+    block.compile(), as torchtitan compiles), one context_fn for all: every block gets the policy.
+    A cap of 4 on (compiled block, context_fn) pairs gave four of each five, and compiled each anew."""
+    blocks = [Block() for _ in range(10)]
+    if how == "sac(compile(f))":
+        for b in blocks[5:]:
+            b.compile()
+        blocks = [torch.compile(b) for b in blocks[:5]] + blocks[5:]
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+
+    def stack(x):
+        for b in blocks:
+            x = checkpoint(b, x, use_reentrant=False, context_fn=cf)
+        return x
+    step = torch.compile(stack) if how == "compile(sac(f))" else stack
+    x = torch.randn(16, 16, requires_grad=True)
+    backward_mm(step, [x])
+    return [backward_mm(step, [x])]
+
+
+def case_wrap_option(how):
+    """wrap_inductor_compiled_regions given to torch.compile itself: the user asked for the policy
+    to see f as one op, and its policy saves that op (eager SAC, with no such op, saves nothing).
+    The candidate leaves the option as it is, as it leaves the global flag; it once overrode the
+    option, and the policy never saw the op it names."""
+    cf = functools.partial(create_selective_checkpoint_contexts, [torch.ops.higher_order.inductor_compiled_code])
+    fn = three_mm
+    if how == "sac(compile(f))":
+        fn = torch.compile(three_mm, options={"wrap_inductor_compiled_regions": True})
+    step = call("compile(sac(f))" if how == "compile(sac(f))" else "eager SAC", fn, cf)
+    args = inputs()
+    backward_mm(step, args)
+    return [backward_mm(step, args)]
+
+
 def attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
 

@@ -109,11 +109,9 @@ def compiled_parts(fn):
     return None
 
 
-def region_template(f, context_fn):
-    def sac_region(*args, **kwargs):
-        # the module's attribute: Dynamo knows checkpoint by it and traces it as compile(sac(f))
-        return CKPT.checkpoint(f, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
-    return sac_region
+def region_template(f, *args, **kwargs):
+    # the module's attribute: Dynamo knows checkpoint by it and traces it as compile(sac(f))
+    return CKPT.checkpoint(f, *args, use_reentrant=False, context_fn=sac_context_fn, **kwargs)  # noqa: F821
 
 
 def weakly(context_fn):
@@ -129,15 +127,31 @@ def weakly(context_fn):
     return sac_context_fn
 
 
-def compiled_region(f, ctx, context_fn):
-    """compile(sac(f)) with f's torch.compile context, as a function of its own code object, so
-    that Dynamo keeps its graphs for this context_fn apart from any other's."""
-    t = region_template(f, weakly(context_fn))
+def sac_region(context_fn):
+    """compile(sac(f)) for one context_fn, f given on each call, as a function of its own code
+    object, so that Dynamo keeps its graphs for this context_fn apart from any other's. Compiled
+    with a torch.compile context, it is the region that runs instead of checkpoint(compiled f)."""
     # globals of its own too: Dynamo installs each compiled graph into the frame's globals, where
     # this module's would keep every region, and each region's context_fn, for good
-    scope = {"CKPT": CKPT, "__builtins__": __builtins__, "__name__": __name__}
-    fresh = types.FunctionType(t.__code__.replace(), scope, t.__name__, None, t.__closure__)
-    return ctx(fresh)
+    scope = {"CKPT": CKPT, "__builtins__": __builtins__, "__name__": __name__, "sac_context_fn": weakly(context_fn)}
+    t = region_template
+    return types.FunctionType(t.__code__.replace(), scope, "sac_region")
+
+
+def module_of(f):
+    """The module a compiled f is: torch.compile(module)'s, or module.compile()'s bound _call_impl."""
+    if isinstance(f, TORCH.nn.Module):
+        return f
+    owner = getattr(f, "__self__", None)
+    if isinstance(owner, TORCH.nn.Module) and getattr(f, "__func__", None) is TORCH.nn.Module._call_impl:
+        return owner
+    return None
+
+
+def wraps_compiled_regions(ctx):
+    """Whether torch.compile was given wrap_inductor_compiled_regions, the per-compile form of the flag."""
+    backend = EVAL_FRAME.innermost_backend(ctx.callback) if hasattr(EVAL_FRAME, "innermost_backend") else None
+    return bool((getattr(backend, "config", None) or {}).get("wrap_inductor_compiled_regions"))
 
 
 def in_a_checkpoint():
@@ -159,14 +173,14 @@ def is_checkpoint_hook(pack):
 
 
 def region_for(function, context_fn, kwargs):
-    """The compiled compile(sac(f)) to run instead, or None for today's behaviour."""
+    """(the compiled compile(sac(f)) to run instead, f), or None for today's behaviour."""
     found = compiled_parts(function)
     if found is None or TORCH._guards.TracingContext.try_get() is not None:
         # not a compiled function (eager SAC), or inside a trace on this thread (a flag such as
         # torch.compiler.is_compiling() is the whole process's: another thread may be compiling)
         return None
     import torch._inductor.config as inductor_config
-    if getattr(inductor_config, "wrap_inductor_compiled_regions", False):
+    if getattr(inductor_config, "wrap_inductor_compiled_regions", False) or wraps_compiled_regions(found[1]):
         return None  # the existing opt-in: SAC sees the compiled region as one op, as asked
     if in_a_checkpoint():
         return decline("this checkpoint is nested in another checkpoint, whose recompute would run "
@@ -185,18 +199,19 @@ def region_for(function, context_fn, kwargs):
             # the region calls the module torch.compile wrapped, not the wrapper that holds these
             return decline("the compiled module's wrapper has hooks, which the region would not run")
     try:
-        regions = _regions.setdefault(context_fn, weakref.WeakKeyDictionary())
+        entry = _regions.setdefault(context_fn, {"regions": weakref.WeakKeyDictionary(), "by_class": {}})
     except TypeError:  # no weak reference to it: it could only be kept alive
         return decline("the context_fn cannot be referred to weakly")
     # counted by f's code, as Dynamo caches f: a torch.compile(f), or an f, made anew on every
     # step would otherwise make a region, and its graphs, on every step
     state = _per_code.setdefault(code_of(found[0]), {"context_fns": 0})
     try:
-        region = regions.get(function)
+        region = entry["regions"].get(function)
     except TypeError:
         return decline("the compiled function cannot be referred to weakly")
     if region is not None:
-        return None if region._sac_fix["declined"] else region  # a declined one said so when it was
+        # a declined one said so when it was
+        return None if region._sac_fix["declined"] else (region, found[0])
     stance = getattr(getattr(EVAL_FRAME, "_stance", None), "stance", "default")
     if stance == "force_eager":
         return None  # f runs eagerly today too: eager SAC
@@ -205,23 +220,34 @@ def region_for(function, context_fn, kwargs):
         # would be a new compile (one made before runs under it, as f's compiled code would)
         return decline("torch.compiler.set_stance(%r) is in effect, and compile(sac(f)) for this "
                        "context_fn has not been compiled before it" % stance)
-    if state["context_fns"] >= CONTEXT_FNS_PER_FUNCTION:
-        # this pair only: the regions made already keep running
-        return decline("f's code (%s) has come with %d different pairs of compiled function and context_fn "
-                       "object (functions or modules that share one code count together, as Dynamo caches "
-                       "them), and the candidate compiles it at most %d times" % (
-                           getattr(code_of(found[0]), "co_name", "?"), state["context_fns"] + 1,
-                           CONTEXT_FNS_PER_FUNCTION))
-    state["context_fns"] += 1
-    regions[function] = region = compiled_region(found[0], found[1], context_fn)
-    region._sac_fix = {"f": found[0], "declined": False}
-    return region
+    # the blocks of one class share one region's code, f given on each call, as they share f's
+    # compiled code today: Dynamo keeps one graph for all (guarding on the module's type, not on
+    # which one), where a region for each block compiled each anew and counted each against the cap
+    module = module_of(found[0])
+    template = entry["by_class"].get(type(module)) if module is not None else None
+    if template is None:
+        if state["context_fns"] >= CONTEXT_FNS_PER_FUNCTION:
+            # this pair only: the regions made already keep running
+            return decline("f's code (%s) has come with %d different pairs of compiled function (or module "
+                           "class) and context_fn object (functions or modules that share one code count "
+                           "together, as Dynamo caches them), and the candidate compiles it at most %d times" % (
+                               getattr(code_of(found[0]), "co_name", "?"), state["context_fns"] + 1,
+                               CONTEXT_FNS_PER_FUNCTION))
+        state["context_fns"] += 1
+        template = sac_region(context_fn)
+        if module is not None:
+            entry["by_class"][type(module)] = template
+    # the torch.compile context of this wrapper (its backend, options, fullgraph); the region
+    # holds no f, so a module's entry goes with the module
+    entry["regions"][function] = region = found[1](template)
+    region._sac_fix = {"declined": False}
+    return region, found[0]
 
 
 def code_of(f):
     """What Dynamo caches f's compiled code by: its code object (a module's forward's)."""
-    if isinstance(f, TORCH.nn.Module):
-        f = type(f).forward
+    if module_of(f) is not None:
+        f = type(module_of(f)).forward
     f = getattr(f, "__func__", f)
     return getattr(f, "__code__", f)
 
@@ -252,10 +278,10 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, **kwargs):
         # Dynamo ran the region without compiling it, graph breaks raising there: its stance says
         # eager (force_eager) or the region reached recompile_limit. So would f: eager SAC it is
         return ORIGINAL["checkpoint"](function, *args, use_reentrant=use_reentrant, context_fn=context_fn, **kwargs)
-    region = None
+    found = None
     if use_reentrant is False and context_fn is not CKPT.noop_context_fn:
-        region = region_for(function, context_fn, kwargs)
-    if region is None:
+        found = region_for(function, context_fn, kwargs)
+    if found is None:
         # a compiled function left as it is: declined (said), or not the candidate's to change
         quiet = compiled_parts(function) is not None
         _tls.quiet = getattr(_tls, "quiet", 0) + quiet
@@ -263,18 +289,19 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, **kwargs):
             return ORIGINAL["checkpoint"](function, *args, use_reentrant=use_reentrant, context_fn=context_fn, **kwargs)
         finally:
             _tls.quiet -= quiet
+    region, f = found
     this = region._sac_fix
-    before, _tls.running, _tls.veto = running, (this["f"], function), None
+    before, _tls.running, _tls.veto = running, (f, function), None
     try:
         with ERROR_ON_GRAPH_BREAK(True):  # a graph break raises in the region, never runs f eagerly
-            out = region(*args, **kwargs)
+            out = region(f, *args, **kwargs)
     except Exception as e:
         if not compile_error(e):
             raise
         _tls.running = before
         if recompile_limit_hit(e):
             # where f itself would run eagerly too, past its own limit: eager SAC, no decline
-            return ORIGINAL["checkpoint"](this["f"], *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+            return ORIGINAL["checkpoint"](f, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
         why = _tls.veto or "compile(sac(f)) did not compile (%s)" % (
             (str(e).strip().splitlines() or [type(e).__name__])[0][:200])
         # today's path, with this call: where it raises too, the error is the call's own (a wrong
