@@ -467,6 +467,29 @@ def case_many_blocks(how):
     return [backward_mm(step, [x])]
 
 
+def case_fresh_blocks_each_step(how):
+    """A new block each step, compiled in place (block.compile()), one context_fn: the policy on
+    every step, and no block kept alive after its step (the candidate kept four, for as long as
+    the context_fn lived)."""
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    out, alive = [], []
+    for _ in range(6):
+        block = Block()
+        alive.append(weakref.ref(block))
+        if how == "sac(compile(f))":
+            block.compile()
+        step = lambda x: checkpoint(block, x, use_reentrant=False, context_fn=cf)  # noqa: E731
+        step = torch.compile(step) if how == "compile(sac(f))" else step
+        out.append(backward_mm(step, [torch.randn(16, 16, requires_grad=True)]))
+        del block, step
+    gc.collect()
+    block = Block()
+    block.compile()
+    outside = block(torch.randn(16, 16, requires_grad=True))
+    return {"per_step": out, "alive": sum(r() is not None for r in alive),
+            "outside_compiled": type(outside.grad_fn).__name__ == "CompiledFunctionBackward"}
+
+
 def case_wrap_option(how):
     """wrap_inductor_compiled_regions given to torch.compile itself: the user asked for the policy
     to see f as one op, and its policy saves that op (eager SAC, with no such op, saves nothing).

@@ -291,7 +291,7 @@ EAGER_SAC_ON_2_13 = {"counting": [7, 12], "look_alikes": [6, 8, 6, 8, 6, 8, 6], 
                      "warning_mm": [6], "wrong_shape_first": [6],
                      "state_in_place": {"per_step": [6], "state": [4.0, 4]}, "checkpoint_inside_f": [10],
                      "recompile_limit": [6] * 4, "force_eager_steps": [6] * 4, "fresh_compile_each_step": [6] * 6,
-                     "many_blocks": [60], "wrap_option": [8]}
+                     "many_blocks": [60], "wrap_option": [8], "fresh_blocks_each_step": {"per_step": [6] * 6}}
 TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 7, "fresh_each_step": {"per_step": [9] * 12, "alive": 0},
                  "own_modes": [9, 9, 9], "value_reading": {"per_step": [9, 9, 9]}, "nested": [9], "hooked_wrapper": [9],
                  "buffers": [9, 9], "strict_stances": [9, 9], "stance_after_default": [9] * 3,
@@ -299,7 +299,8 @@ TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 7, "fresh_each_step":
                  "copied_context_fn": [9, 9], "warning_aot_eager": [6], "warning_fallback": ["ran"], "warning_mm": [9],
                  "wrong_shape_first": [9], "state_in_place": {"per_step": [9], "state": [4.0, 4]},
                  "checkpoint_inside_f": [15], "recompile_limit": [9, 9, 6, 6], "force_eager_steps": [6, 6, 9, 9],
-                 "fresh_compile_each_step": [9] * 6, "many_blocks": [90], "wrap_option": [6]}
+                 "fresh_compile_each_step": [9] * 6, "many_blocks": [90], "wrap_option": [6],
+                 "fresh_blocks_each_step": {"per_step": [9] * 6, "alive": 0}}
 
 
 # the classes and the cheap finds of attacks run in the fast tier; the others, each a
@@ -357,6 +358,9 @@ def assert_the_finds(fixed):
         assert got("stance_after_default")["got"] == [6] * 3, got("stance_after_default")
     if got("many_blocks"):  # every block of a class, however many, gets the policy (4 did)
         assert got("many_blocks") == {"got": [60], "said": []}, got("many_blocks")
+    if got("fresh_blocks_each_step"):  # a block made each step: applied each step, none kept (4 were)
+        fresh = got("fresh_blocks_each_step")
+        assert fresh["got"]["per_step"] == [6] * 6 and fresh["said"] == [], fresh
     if got("wrap_option"):  # the option given to torch.compile is kept, as the flag is (it was overridden)
         assert got("wrap_option") == {"got": [6], "said": []}, got("wrap_option")
     if got("wrong_shape_first"):  # the caller's own error is raised as today raises it, no decline said
