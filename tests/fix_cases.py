@@ -490,6 +490,112 @@ def case_fresh_blocks_each_step(how):
             "outside_compiled": type(outside.grad_fn).__name__ == "CompiledFunctionBackward"}
 
 
+def case_kwarg_f(how):
+    """f takes an argument named f, given by keyword: the region's own f must not take it."""
+    def g(x, f):
+        return three_mm(x, f, f, f)
+    fn = torch.compile(g) if how == "sac(compile(f))" else g
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    step = lambda x, w: checkpoint(fn, x, f=w, use_reentrant=False, context_fn=cf)  # noqa: E731
+    step = torch.compile(step) if how == "compile(sac(f))" else step
+    args = inputs(1)
+    backward_mm(step, args)
+    return [backward_mm(step, args)]
+
+
+def case_hooked_blocks(how):
+    """A block of the class runs first; then another with a forward hook; then a hook added to the
+    first. Dynamo does not guard on hooks, so a graph shared by the class would run without them:
+    the outputs must be eager SAC's (the candidate's shared region gave the hook-less one's)."""
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    plain, hooked = Block(), Block()
+    hooked.register_forward_hook(lambda m, i, o: o * 3)
+    x = torch.randn(16, 16, requires_grad=True)
+    out, values = [], []
+    for i, block in enumerate((plain, hooked, plain)):
+        if i == 2:
+            plain.register_forward_hook(lambda m, i, o: o * 5)
+        if how == "sac(compile(f))":
+            block = torch.compile(block)
+        step = lambda x, b=block: checkpoint(b, x, use_reentrant=False, context_fn=cf)  # noqa: E731
+        step = torch.compile(step) if how == "compile(sac(f))" else step
+        y = step(x)
+        values.append(round(float(y.abs().sum()), 1))
+        out.append(backward_mm(step, [x]))
+    return {"per_step": out, "values": values}
+
+
+class KBlock(Block):
+    def forward(self, x):
+        return super().forward(x) * self.k  # an attribute Dynamo guards by value
+
+
+def case_mixed_forms(how):
+    """Twelve blocks, each k of six in both forms (torch.compile(block), block.compile()): today
+    each form's compiled code stays under recompile_limit; a region shared by both forms would not,
+    and its last blocks would run eagerly. Every block must run compiled."""
+    blocks = []
+    for i in range(12):
+        b = KBlock()
+        b.k = i // 2 + 1
+        if how == "sac(compile(f))":
+            if i % 2:
+                b = torch.compile(b)
+            else:
+                b.compile()
+        blocks.append(b)
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    x = torch.randn(16, 16, requires_grad=True)
+    y, compiled = x, []
+    for b in blocks:
+        y = checkpoint(b, y / y.detach().abs().max(), use_reentrant=False, context_fn=cf)
+        compiled.append(type(y.grad_fn).__name__ == "CompiledFunctionBackward")
+    with torch.profiler.profile() as prof:
+        y.sum().backward()
+    return {"per_step": [computed(prof)], "compiled": compiled if how == "sac(compile(f))" else [True]}
+
+
+def case_subclasses(how):
+    """Five subclasses that inherit one forward, one context_fn: one code, all get the policy (the
+    cap counted them against one code while a region was made per class: 4 got it, 1 declined)."""
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    blocks = [type("Sub%d" % i, (Block,), {})() for i in range(5)]
+    if how == "sac(compile(f))":
+        blocks = [torch.compile(b) for b in blocks]
+
+    def stack(x):
+        for b in blocks:
+            x = checkpoint(b, x, use_reentrant=False, context_fn=cf)
+        return x
+    step = torch.compile(stack) if how == "compile(sac(f))" else stack
+    x = torch.randn(16, 16, requires_grad=True)
+    backward_mm(step, [x])
+    return [backward_mm(step, [x])]
+
+
+def case_stance_new_block(how):
+    """A block runs; then a new block of the class under "fail_on_recompile", and another under
+    "eager_on_recompile": it runs the class's graph, as today (the candidate declined to today's
+    path, whose f had never compiled: a crash, then a false "as without the candidate")."""
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    x = torch.randn(16, 16, requires_grad=True)
+    out, compiled = [], []
+    for stance in ("default", "fail_on_recompile", "eager_on_recompile"):
+        block = Block()
+        if how == "sac(compile(f))":
+            block = torch.compile(block)
+        step = lambda x, b=block: checkpoint(b, x, use_reentrant=False, context_fn=cf)  # noqa: E731
+        if how == "compile(sac(f))":
+            step = torch.compile(step)
+        with torch.compiler.set_stance(stance):
+            y = step(x)
+            compiled.append(type(y.grad_fn).__name__ == "CompiledFunctionBackward" or how == "eager SAC")
+            with torch.profiler.profile() as prof:
+                y.sum().backward()
+        out.append(computed(prof))
+    return {"per_step": out, "compiled": compiled}
+
+
 def case_wrap_option(how):
     """wrap_inductor_compiled_regions given to torch.compile itself: the user asked for the policy
     to see f as one op, and its policy saves that op (eager SAC, with no such op, saves nothing).

@@ -6,6 +6,7 @@ environment's torch 2.13; the release tier its warn mode there too, and both on 
 2.11.0 (the H200's) and 2.15.0. Also the upstream block under
 the candidate, and compile(sac(f)) under two policies of the same code in one process."""
 import json
+import math
 import os
 import re
 import subprocess
@@ -271,6 +272,10 @@ def assert_right_or_declined(fixed, today):
         if isinstance(got, dict) and "state" in got:  # what f changed in place, changed as eager SAC changes it
             assert got["state"] == (hows["eager SAC"]["got"] if "eager SAC" in hows else EAGER_SAC_ON_2_13[case])["state"], \
                 (case, got)
+        if isinstance(got, dict) and "values" in got:  # outputs as eager SAC's: a module's hooks ran
+            want = (hows["eager SAC"]["got"] if "eager SAC" in hows else EAGER_SAC_ON_2_13[case])["values"]
+            assert len(got["values"]) == len(want) and all(
+                math.isclose(v, w, rel_tol=1e-4) for v, w in zip(got["values"], want)), (case, got, want)
         if isinstance(got, dict) and "compiled" in got:  # f's compiled code ran, as today
             assert all(got["compiled"]), (case, got)
         if isinstance(got, dict) and "alive" in got:
@@ -291,7 +296,9 @@ EAGER_SAC_ON_2_13 = {"counting": [7, 12], "look_alikes": [6, 8, 6, 8, 6, 8, 6], 
                      "warning_mm": [6], "wrong_shape_first": [6],
                      "state_in_place": {"per_step": [6], "state": [4.0, 4]}, "checkpoint_inside_f": [10],
                      "recompile_limit": [6] * 4, "force_eager_steps": [6] * 4, "fresh_compile_each_step": [6] * 6,
-                     "many_blocks": [60], "wrap_option": [8], "fresh_blocks_each_step": {"per_step": [6] * 6}}
+                     "many_blocks": [60], "wrap_option": [8], "fresh_blocks_each_step": {"per_step": [6] * 6},
+                     "kwarg_f": [6], "hooked_blocks": {"per_step": [6] * 3, "values": [8923.3, 26769.8, 44616.4]}, "mixed_forms": {"per_step": [72]},
+                     "subclasses": [30], "stance_new_block": {"per_step": [6] * 3}}
 TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 7, "fresh_each_step": {"per_step": [9] * 12, "alive": 0},
                  "own_modes": [9, 9, 9], "value_reading": {"per_step": [9, 9, 9]}, "nested": [9], "hooked_wrapper": [9],
                  "buffers": [9, 9], "strict_stances": [9, 9], "stance_after_default": [9] * 3,
@@ -300,13 +307,16 @@ TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 7, "fresh_each_step":
                  "wrong_shape_first": [9], "state_in_place": {"per_step": [9], "state": [4.0, 4]},
                  "checkpoint_inside_f": [15], "recompile_limit": [9, 9, 6, 6], "force_eager_steps": [6, 6, 9, 9],
                  "fresh_compile_each_step": [9] * 6, "many_blocks": [90], "wrap_option": [6],
-                 "fresh_blocks_each_step": {"per_step": [9] * 6, "alive": 0}}
+                 "fresh_blocks_each_step": {"per_step": [9] * 6, "alive": 0}, "kwarg_f": [9],
+                 "hooked_blocks": {"per_step": [9] * 3}, "mixed_forms": {"per_step": [108]}, "subclasses": [45],
+                 "stance_new_block": {"per_step": [9] * 3}}
 
 
 # the issue's classes and the cheap finds of attacks run in the fast tier; the others, each a
 # compile or more of its own (the fast tier from empty caches took 181 s with all), in the release
 FAST_CASES = ("counting", "look_alikes", "fresh_each_step", "own_modes", "value_reading", "nested", "state_in_place",
-              "checkpoint_inside_f", "wrong_shape_first", "warning_mm", "many_blocks")
+              "checkpoint_inside_f", "wrong_shape_first", "warning_mm", "many_blocks",
+              "kwarg_f", "hooked_blocks")
 
 
 def test_the_candidate_is_right_or_declines_on_the_hard_cases(tmp_path):
@@ -361,6 +371,16 @@ def assert_the_finds(fixed):
     if got("fresh_blocks_each_step"):  # a block made each step: applied each step, none kept (4 were)
         fresh = got("fresh_blocks_each_step")
         assert fresh["got"]["per_step"] == [6] * 6 and fresh["said"] == [], fresh
+    if got("kwarg_f"):  # an argument of the user's named f (it crashed)
+        assert got("kwarg_f") == {"got": [6], "said": []}, got("kwarg_f")
+    if got("hooked_blocks"):  # the hook-less block's graph, then hooks: declined, hooks run
+        assert got("hooked_blocks")["got"]["per_step"] == [6, 9, 9], got("hooked_blocks")
+        assert any(DECLINED in m and "hooks" in m for m in got("hooked_blocks")["said"]), got("hooked_blocks")
+    for case, n in (("mixed_forms", 72), ("subclasses", 30)):  # all applied, none eager, nothing said
+        if got(case):
+            assert steps(got(case)["got"]) == [n] and got(case)["said"] == [], got(case)
+    if got("stance_new_block"):  # a new block under a strict stance runs the class's graph
+        assert got("stance_new_block")["got"]["per_step"] == [6] * 3, got("stance_new_block")
     if got("wrap_option"):  # the option given to torch.compile is kept, as the flag is (it was overridden)
         assert got("wrap_option") == {"got": [6], "said": []}, got("wrap_option")
     if got("wrong_shape_first"):  # the caller's own error is raised as today raises it, no decline said

@@ -109,7 +109,7 @@ def compiled_parts(fn):
     return None
 
 
-def region_template(f, *args, **kwargs):
+def region_template(f, /, *args, **kwargs):  # f positional only: the user's own may be named f
     # the module's attribute: Dynamo knows checkpoint by it and traces it as compile(sac(f))
     return CKPT.checkpoint(f, *args, use_reentrant=False, context_fn=sac_context_fn, **kwargs)  # noqa: F821
 
@@ -198,8 +198,14 @@ def region_for(function, context_fn, kwargs):
         if module is not function and hooks_of(function):
             # the region calls the module torch.compile wrapped, not the wrapper that holds these
             return decline("the compiled module's wrapper has hooks, which the region would not run")
+    module = module_of(found[0])
+    if module is not None and (hooks_of(module) or global_hooks()):
+        # on every call: the region's graph runs a module's hooks as traced, and Dynamo does not
+        # guard on hooks, so another module of the class, or a hook added later, would run stale ones
+        return decline("the compiled module has hooks, or global module hooks are set, which the region's "
+                       "graph would run as first traced")
     try:
-        entry = _regions.setdefault(context_fn, {"regions": weakref.WeakKeyDictionary(), "by_class": {}})
+        entry = _regions.setdefault(context_fn, {"regions": weakref.WeakKeyDictionary(), "by_code": {}})
     except TypeError:  # no weak reference to it: it could only be kept alive
         return decline("the context_fn cannot be referred to weakly")
     # counted by f's code, as Dynamo caches f: a torch.compile(f), or an f, made anew on every
@@ -212,31 +218,33 @@ def region_for(function, context_fn, kwargs):
     if region is not None:
         # a declined one said so when it was
         return None if region._sac_fix["declined"] else (region, found[0])
+    # the modules that share a forward share one region's code for each form (module or
+    # module.compile()'s bound _call_impl), f given on each call, as they share f's compiled code
+    # today: Dynamo keeps one graph for all (guarding on the module's type, not on which one), where
+    # a region for each module compiled each anew and counted each against the cap
+    key = (code_of(found[0]), isinstance(found[0], TORCH.nn.Module))
+    template = entry["by_code"].get(key) if module is not None else None
     stance = getattr(getattr(EVAL_FRAME, "_stance", None), "stance", "default")
     if stance == "force_eager":
         return None  # f runs eagerly today too: eager SAC
-    if stance != "default":
+    if stance != "default" and template is None:
         # a stance that forbids compiling or runs eagerly on a recompile: a region not made yet
         # would be a new compile (one made before runs under it, as f's compiled code would)
         return decline("torch.compiler.set_stance(%r) is in effect, and compile(sac(f)) for this "
                        "context_fn has not been compiled before it" % stance)
-    # the blocks of one class share one region's code, f given on each call, as they share f's
-    # compiled code today: Dynamo keeps one graph for all (guarding on the module's type, not on
-    # which one), where a region for each block compiled each anew and counted each against the cap
-    module = module_of(found[0])
-    template = entry["by_class"].get(type(module)) if module is not None else None
     if template is None:
-        if state["context_fns"] >= CONTEXT_FNS_PER_FUNCTION:
+        new = module is None or not any(k[0] == key[0] for k in entry["by_code"])
+        if new and state["context_fns"] >= CONTEXT_FNS_PER_FUNCTION:
             # this pair only: the regions made already keep running
             return decline("f's code (%s) has come with %d different pairs of compiled function (or module "
                            "class) and context_fn object (functions or modules that share one code count "
                            "together, as Dynamo caches them), and the candidate compiles it at most %d times" % (
                                getattr(code_of(found[0]), "co_name", "?"), state["context_fns"] + 1,
                                CONTEXT_FNS_PER_FUNCTION))
-        state["context_fns"] += 1
+        state["context_fns"] += new
         template = sac_region(context_fn)
         if module is not None:
-            entry["by_class"][type(module)] = template
+            entry["by_code"][key] = template
     # the torch.compile context of this wrapper (its backend, options, fullgraph); the region
     # holds no f, so a module's entry goes with the module
     entry["regions"][function] = region = found[1](template)
@@ -250,6 +258,12 @@ def code_of(f):
         f = type(module_of(f)).forward
     f = getattr(f, "__func__", f)
     return getattr(f, "__code__", f)
+
+
+def global_hooks():
+    m = TORCH.nn.modules.module
+    return any(getattr(m, name, None) for name in (
+        "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks"))
 
 
 def hooks_of(module):
