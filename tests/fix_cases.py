@@ -433,7 +433,8 @@ def case_raising_policy(how):
 
 def case_fresh_compile_each_step(how):
     """torch.compile(f) made anew on each of 6 steps, of an f made anew too (a lambda of the same
-    code, which Dynamo's cache serves), one context_fn: at most 4 compiles."""
+    code, which Dynamo's cache serves), one context_fn: 4 compiles, then the wrappers dropped
+    after use say that one comes anew on every call."""
     cf = functools.partial(create_selective_checkpoint_contexts, [MM])
     out = []
     for _ in range(6):
@@ -444,6 +445,24 @@ def case_fresh_compile_each_step(how):
             step = call(how, three_mm, cf)
         out.append(backward_mm(step, inputs()))
     return out
+
+
+def case_per_block_context_fns(how):
+    """Six blocks, each with a context_fn of its own, made once and kept (as torchtitan makes one
+    per block): all get the policy (a cap of 4 per code gave four, and today's on two, one step)."""
+    blocks = [Block() for _ in range(6)]
+    cfs = [functools.partial(create_selective_checkpoint_contexts, [MM]) for _ in blocks]
+    if how == "sac(compile(f))":
+        blocks = [torch.compile(b) for b in blocks]
+
+    def stack(x):
+        for b, cf in zip(blocks, cfs):
+            x = checkpoint(b, x, use_reentrant=False, context_fn=cf)
+        return x
+    step = torch.compile(stack) if how == "compile(sac(f))" else stack
+    x = torch.randn(16, 16, requires_grad=True)
+    backward_mm(step, [x])
+    return [backward_mm(step, [x])]
 
 
 def case_many_blocks(how):

@@ -10,8 +10,9 @@ SAC_FIX_CANDIDATE picks the mode:
 
 - fix (the default): `checkpoint(compiled_f, *args, use_reentrant=False, context_fn=...)` runs as
   compile(sac(f)): the checkpoint moves inside the compiled function, with the same torch.compile
-  options and the user's own context_fn, which Dynamo calls on every trace. One compile per
-  (compile wrapper, context_fn object), at most 4 per f: the identity the user gave, no guess.
+  options and the user's own context_fn, which Dynamo calls on every trace. One region per
+  context_fn object and compiled function (or module forward, shared by the modules that run it):
+  the identity the user gave, no guess.
   Where it cannot be right it declines, keeps today's behaviour and says so once, naming why: a
   context_fn that is not a function or functools.partial, a new context_fn on every call, a
   checkpoint nested in another or inside f, f changing a tensor in place, checkpoint options
@@ -50,16 +51,18 @@ CHANGE_LABEL = "%s (not loaded: torch was not imported)" % WHAT
 # "module:qualname" of each torch function replaced, once the change is made (docs/fix.md lists them)
 REPLACED = []
 ORIGINAL = {}  # the same names -> the functions they were
-# (compile wrapper, context_fn) pairs one f may come with, each compiled once, before the candidate
-# decides that it gets a new one on every call and declines for that f
-CONTEXT_FNS_PER_FUNCTION = 4
+# regions of one f's code whose context_fn (or compiled function) was dropped after use, before the
+# candidate decides that a new one comes on every call and declines new ones for that code; and the
+# regions of one code in use at once (a context_fn for each of many blocks is one each)
+DROPPED_PER_CODE = 4
+LIVE_PER_CODE = 64
 
 # per thread: .inductor, depth of Inductor's compiled code running; .running, the region this call
 # runs; .veto, why its trace stopped; .trace_depth, checkpoints its trace runs; .quiet, calls left as
 # they are, where the warning is not given
 _tls = threading.local()
 _said = set()  # each decline reason and the warning, once per process
-_per_code = {}  # f's code object -> {"context_fns": n}
+_per_code = {}  # f's code object -> {"live": regions in use, "dropped": regions whose owner was dropped}
 # context_fn -> {compiled function -> its compiled region}; a region holds its context_fn weakly,
 # so an entry goes when the user drops the context_fn, and nothing is stored on the user's object
 _regions = weakref.WeakKeyDictionary()
@@ -210,7 +213,7 @@ def region_for(function, context_fn, kwargs):
         return decline("the context_fn cannot be referred to weakly")
     # counted by f's code, as Dynamo caches f: a torch.compile(f), or an f, made anew on every
     # step would otherwise make a region, and its graphs, on every step
-    state = _per_code.setdefault(code_of(found[0]), {"context_fns": 0})
+    state = _per_code.setdefault(code_of(found[0]), {"live": 0, "dropped": 0})
     try:
         region = entry["regions"].get(function)
     except TypeError:
@@ -234,15 +237,20 @@ def region_for(function, context_fn, kwargs):
                        "context_fn has not been compiled before it" % stance)
     if template is None:
         new = module is None or not any(k[0] == key[0] for k in entry["by_code"])
-        if new and state["context_fns"] >= CONTEXT_FNS_PER_FUNCTION:
-            # this pair only: the regions made already keep running
-            return decline("f's code (%s) has come with %d different pairs of compiled function (or module "
-                           "class) and context_fn object (functions or modules that share one code count "
-                           "together, as Dynamo caches them), and the candidate compiles it at most %d times" % (
-                               getattr(code_of(found[0]), "co_name", "?"), state["context_fns"] + 1,
-                               CONTEXT_FNS_PER_FUNCTION))
-        state["context_fns"] += new
+        name = getattr(code_of(found[0]), "co_name", "?")
+        # this one only: the regions made already keep running
+        if new and state["dropped"] >= DROPPED_PER_CODE:
+            return decline("f's code (%s) has had %d compiled regions whose context_fn or compiled function was "
+                           "dropped after use (functions or modules that share one code count together, as Dynamo "
+                           "caches them): one made anew for every call would compile on every call" % (
+                               name, state["dropped"]))
+        if new and state["live"] >= LIVE_PER_CODE:
+            return decline("f's code (%s) has %d compiled regions in use, one for each context_fn (and compiled "
+                           "function), the most the candidate keeps" % (name, state["live"]))
         template = sac_region(context_fn)
+        if new:
+            # a region of a function is its compile wrapper's too: made anew each step, it is dropped
+            track(state, context_fn, *((function,) if module is None else ()))
         if module is not None:
             entry["by_code"][key] = template
     # the torch.compile context of this wrapper (its backend, options, fullgraph); the region
@@ -250,6 +258,20 @@ def region_for(function, context_fn, kwargs):
     entry["regions"][function] = region = found[1](template)
     region._sac_fix = {"declined": False}
     return region, found[0]
+
+
+def track(state, *owners):
+    """Counts a region as in use until the first of its owners is dropped, then as dropped."""
+    done = []
+
+    def dropped():
+        if not done:
+            done.append(True)
+            state["live"] -= 1
+            state["dropped"] += 1
+    state["live"] += 1
+    for owner in owners:
+        weakref.finalize(owner, dropped)
 
 
 def code_of(f):
