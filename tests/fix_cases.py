@@ -465,6 +465,56 @@ def case_per_block_context_fns(how):
     return [backward_mm(step, [x])]
 
 
+def case_state_dict_hook(how):
+    """A block with a state_dict hook, which no call runs: nothing to decline (it was declined,
+    with a reason about hooks the region would run)."""
+    block = Block()
+    block.register_state_dict_post_hook(lambda *a: None)
+    return module_case(how, block)
+
+
+def helper(x, w1, w2, w3):
+    return three_mm(x, w1, w2, w3)
+
+
+def case_compiled_partials(how):
+    """Four steps of a torch.compile(functools.partial(helper, ...)) made anew and dropped, then a
+    compiled partial of another function: it gets the policy. torch.compile wraps every partial in
+    one function of its own, whose code counted the dropped ones for all partials, with a false
+    reason."""
+    cf = functools.partial(create_selective_checkpoint_contexts, [MM])
+    out = []
+    for fn in [helper] * 4 + [three_mm]:
+        x, w1, w2, w3 = inputs()
+        part = functools.partial(fn, w3=w3)
+        if how == "sac(compile(f))":
+            part = torch.compile(part)
+        step = lambda x, w1, w2, p=part: checkpoint(p, x, w1, w2, use_reentrant=False, context_fn=cf)  # noqa: E731
+        step = torch.compile(step) if how == "compile(sac(f))" else step
+        out.append(backward_mm(step, [x, w1, w2]))
+        del part, step
+        gc.collect()
+    return out[-1:]
+
+
+def case_seventy_context_fns(how):
+    """Seventy blocks, each with a context_fn of its own, kept: all get the policy (a ceiling of 64
+    regions in use gave today's on six, in every step)."""
+    torch.manual_seed(0)
+    blocks = [Block() for _ in range(70)]
+    cfs = [functools.partial(create_selective_checkpoint_contexts, [MM]) for _ in blocks]
+    if how == "sac(compile(f))":
+        blocks = [torch.compile(b) for b in blocks]
+
+    def stack(x):
+        for b, cf in zip(blocks, cfs):
+            x = checkpoint(b, x / x.detach().abs().max(), use_reentrant=False, context_fn=cf)
+        return x
+    step = torch.compile(stack) if how == "compile(sac(f))" else stack
+    x = torch.randn(16, 16, requires_grad=True)
+    return [backward_mm(step, [x])]
+
+
 def case_many_blocks(how):
     """Ten blocks of one class, each compiled on its own (five by torch.compile(block), five by
     block.compile(), as torchtitan compiles), one context_fn for all: every block gets the policy.

@@ -299,7 +299,8 @@ EAGER_SAC_ON_2_13 = {"counting": [7, 12], "look_alikes": [6, 8, 6, 8, 6, 8, 6], 
                      "many_blocks": [60], "wrap_option": [8], "fresh_blocks_each_step": {"per_step": [6] * 6},
                      "kwarg_f": [6], "hooked_blocks": {"per_step": [6] * 3, "values": [8923.3, 26769.8, 44616.4]}, "mixed_forms": {"per_step": [72]},
                      "subclasses": [30], "stance_new_block": {"per_step": [6] * 3},
-                     "per_block_context_fns": [36]}
+                     "per_block_context_fns": [36], "state_dict_hook": [6], "compiled_partials": [6],
+                     "seventy_context_fns": [420]}
 TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 7, "fresh_each_step": {"per_step": [9] * 12, "alive": 0},
                  "own_modes": [9, 9, 9], "value_reading": {"per_step": [9, 9, 9]}, "nested": [9], "hooked_wrapper": [9],
                  "buffers": [9, 9], "strict_stances": [9, 9], "stance_after_default": [9] * 3,
@@ -310,14 +311,15 @@ TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 7, "fresh_each_step":
                  "fresh_compile_each_step": [9] * 6, "many_blocks": [90], "wrap_option": [6],
                  "fresh_blocks_each_step": {"per_step": [9] * 6, "alive": 0}, "kwarg_f": [9],
                  "hooked_blocks": {"per_step": [9] * 3}, "mixed_forms": {"per_step": [108]}, "subclasses": [45],
-                 "stance_new_block": {"per_step": [9] * 3}, "per_block_context_fns": [54]}
+                 "stance_new_block": {"per_step": [9] * 3}, "per_block_context_fns": [54],
+                 "state_dict_hook": [9], "compiled_partials": [9], "seventy_context_fns": [630]}
 
 
 # the classes and the cheap finds of attacks run in the fast tier; the others, each a
 # compile or more of its own (the fast tier from empty caches took 181 s with all), in the release
 FAST_CASES = ("counting", "look_alikes", "fresh_each_step", "own_modes", "value_reading", "nested", "state_in_place",
               "checkpoint_inside_f", "wrong_shape_first", "warning_mm", "many_blocks",
-              "kwarg_f", "hooked_blocks")
+              "kwarg_f", "hooked_blocks", "state_dict_hook")
 
 
 def test_the_candidate_is_right_or_declines_on_the_hard_cases(tmp_path):
@@ -356,6 +358,9 @@ def assert_the_finds(fixed):
         fresh = got("fresh_compile_each_step")
         assert fresh["got"] == [6] * 4 + [9] * 2 and any(DECLINED in m and "dropped after use" in m
                                                          for m in fresh["said"]), fresh
+    for case, n in (("state_dict_hook", [6]), ("compiled_partials", [6]), ("seventy_context_fns", [420])):
+        if got(case):  # no decline: hooks no call runs, another function's partials, blocks kept
+            assert got(case) == {"got": n, "said": []}, got(case)
     if got("per_block_context_fns"):  # a context_fn for each of 6 blocks, kept: all applied
         assert got("per_block_context_fns") == {"got": [36], "said": []}, got("per_block_context_fns")
     # declines that were false: read-only buffers; one policy's failed compile taking f from

@@ -55,7 +55,7 @@ ORIGINAL = {}  # the same names -> the functions they were
 # candidate decides that a new one comes on every call and declines new ones for that code; and the
 # regions of one code in use at once (a context_fn for each of many blocks is one each)
 DROPPED_PER_CODE = 4
-LIVE_PER_CODE = 64
+LIVE_PER_CODE = 256
 
 # per thread: .inductor, depth of Inductor's compiled code running; .running, the region this call
 # runs; .veto, why its trace stopped; .trace_depth, checkpoints its trace runs; .quiet, calls left as
@@ -275,9 +275,17 @@ def track(state, *owners):
 
 
 def code_of(f):
-    """What Dynamo caches f's compiled code by: its code object (a module's forward's)."""
+    """What Dynamo caches f's compiled code by: its code object (a module's forward's; for a
+    partial or a callable object, which torch.compile wraps in a function shared by all of them,
+    the code of what it wraps)."""
+    while getattr(getattr(f, "__code__", None), "co_filename", None) == WRAP_INLINE_FILE and hasattr(f, "__wrapped__"):
+        f = f.__wrapped__
+    while isinstance(f, functools.partial):
+        f = f.func
     if module_of(f) is not None:
         f = type(module_of(f)).forward
+    elif not isinstance(f, (types.FunctionType, types.MethodType)) and hasattr(type(f), "__call__"):
+        f = type(f).__call__
     f = getattr(f, "__func__", f)
     return getattr(f, "__code__", f)
 
@@ -289,8 +297,9 @@ def global_hooks():
 
 
 def hooks_of(module):
+    """Hooks that a call runs (a state_dict hook runs in none)."""
     return any(getattr(module, name, None) for name in (
-        "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks"))
+        "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))
 
 
 class Veto(Exception):
@@ -475,7 +484,7 @@ def targets(torch):
 
 def install(torch):
     """Makes the whole change on an imported torch, or none of it (one line says why)."""
-    global CHANGE_LABEL, TORCH, CKPT, EVAL_FRAME, SAC_MODES, CHECKPOINT_PACK_CODES, ERROR_ON_GRAPH_BREAK
+    global CHANGE_LABEL, TORCH, CKPT, EVAL_FRAME, SAC_MODES, CHECKPOINT_PACK_CODES, ERROR_ON_GRAPH_BREAK, WRAP_INLINE_FILE
     if REPLACED:
         return True
     try:
@@ -489,6 +498,8 @@ def install(torch):
     import torch._dynamo.eval_frame as eval_frame
     import torch.utils.checkpoint as ckpt
     TORCH, CKPT, EVAL_FRAME = torch, ckpt, eval_frame
+    wrap_inline = getattr(getattr(eval_frame, "external_utils", None), "wrap_inline", None)
+    WRAP_INLINE_FILE = getattr(getattr(wrap_inline, "__code__", None), "co_filename", None)
     ERROR_ON_GRAPH_BREAK = torch._dynamo.error_on_graph_break
     SAC_MODES = (ckpt._CachingTorchDispatchMode, ckpt._CachedTorchDispatchMode)
     CHECKPOINT_PACK_CODES = nested_codes(ckpt._checkpoint_hook, "pack_hook") | \
@@ -536,7 +547,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 FINDER = _Finder()
-TORCH = CKPT = EVAL_FRAME = ERROR_ON_GRAPH_BREAK = None
+TORCH = CKPT = EVAL_FRAME = ERROR_ON_GRAPH_BREAK = WRAP_INLINE_FILE = None
 SAC_MODES = ()
 CHECKPOINT_PACK_CODES = set()
 if MODE not in MODES:
