@@ -135,8 +135,8 @@ def test_warn_mode_changes_no_number_and_warns_once_without_the_candidate_nothin
 
 def test_under_the_candidate_the_upstream_op_policy_test_passes_and_the_other_two_still_do(tmp_path, monkeypatch):
     monkeypatch.delenv("SAC_FIX_CANDIDATE", raising=False)
-    with open(os.path.join(CANDIDATE, "sitecustomize.py")) as fh:
-        alone, standalone = run_modules(sys.executable, tmp_path, [BLOCK_ALONE, STANDALONE_MODULE], fh.read())
+    files = {name: open(os.path.join(CANDIDATE, name)).read() for name in ("sitecustomize.py", "sac_fix_regions.py")}
+    alone, standalone = run_modules(sys.executable, tmp_path, [BLOCK_ALONE, STANDALONE_MODULE], files)
     # the op-policy test is an expected failure in the block, so its passing is an unexpected success
     for got in (alone, standalone):
         assert got["run"] == 3 and kinds(got) == {"compiled": "pass", "op policy": "xpass",

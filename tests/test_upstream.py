@@ -115,9 +115,11 @@ def run_modules(python, tmp_path, modules, sitecustomize=None):
     (folder / (BLOCK_ALONE + ".py")).write_text(pytorch_header() + "\n\n" + block())
     (folder / (RENAME_MM + ".py")).write_text(RENAME)
     path = [str(folder), os.path.dirname(STANDALONE), support_path(tmp_path)]
-    if sitecustomize:
+    if sitecustomize:  # its text, or {file name: text} for a change of more than one file
         (tmp_path / "site").mkdir()
-        (tmp_path / "site" / "sitecustomize.py").write_text(sitecustomize)
+        files = sitecustomize if isinstance(sitecustomize, dict) else {"sitecustomize.py": sitecustomize}
+        for name, text in files.items():
+            (tmp_path / "site" / name).write_text(text)
         path.insert(0, str(tmp_path / "site"))
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join(path))
     proc = subprocess.run([python, "-c", RUNNER] + modules, capture_output=True, text=True, cwd=str(tmp_path),
