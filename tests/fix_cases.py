@@ -447,6 +447,19 @@ def case_fresh_compile_each_step(how):
     return out
 
 
+def blocks_backward_mm(how, blocks, cfs, rescale=False):
+    """Matmuls in one backward of the blocks checkpointed in turn, each with its context_fn, after
+    a step that compiles (compile(sac(f)) compiles the whole stack); rescale keeps a deep stack finite."""
+    def stack(x):
+        for b, cf in zip(blocks, cfs):
+            x = checkpoint(b, x / x.detach().abs().max() if rescale else x, use_reentrant=False, context_fn=cf)
+        return x
+    step = torch.compile(stack) if how == "compile(sac(f))" else stack
+    x = torch.randn(16, 16, requires_grad=True)
+    backward_mm(step, [x])
+    return [backward_mm(step, [x])]
+
+
 def case_per_block_context_fns(how):
     """Six blocks, each with a context_fn of its own, made once and kept (as torchtitan makes one
     per block): all get the policy (a cap of 4 per code gave four, and today's on two, one step)."""
@@ -454,15 +467,7 @@ def case_per_block_context_fns(how):
     cfs = [functools.partial(create_selective_checkpoint_contexts, [MM]) for _ in blocks]
     if how == "sac(compile(f))":
         blocks = [torch.compile(b) for b in blocks]
-
-    def stack(x):
-        for b, cf in zip(blocks, cfs):
-            x = checkpoint(b, x, use_reentrant=False, context_fn=cf)
-        return x
-    step = torch.compile(stack) if how == "compile(sac(f))" else stack
-    x = torch.randn(16, 16, requires_grad=True)
-    backward_mm(step, [x])
-    return [backward_mm(step, [x])]
+    return blocks_backward_mm(how, blocks, cfs)
 
 
 def case_state_dict_hook(how):
@@ -505,14 +510,7 @@ def case_seventy_context_fns(how):
     cfs = [functools.partial(create_selective_checkpoint_contexts, [MM]) for _ in blocks]
     if how == "sac(compile(f))":
         blocks = [torch.compile(b) for b in blocks]
-
-    def stack(x):
-        for b, cf in zip(blocks, cfs):
-            x = checkpoint(b, x / x.detach().abs().max(), use_reentrant=False, context_fn=cf)
-        return x
-    step = torch.compile(stack) if how == "compile(sac(f))" else stack
-    x = torch.randn(16, 16, requires_grad=True)
-    return [backward_mm(step, [x])]
+    return blocks_backward_mm(how, blocks, cfs, rescale=True)
 
 
 def case_many_blocks(how):
@@ -525,15 +523,7 @@ def case_many_blocks(how):
             b.compile()
         blocks = [torch.compile(b) for b in blocks[:5]] + blocks[5:]
     cf = functools.partial(create_selective_checkpoint_contexts, [MM])
-
-    def stack(x):
-        for b in blocks:
-            x = checkpoint(b, x, use_reentrant=False, context_fn=cf)
-        return x
-    step = torch.compile(stack) if how == "compile(sac(f))" else stack
-    x = torch.randn(16, 16, requires_grad=True)
-    backward_mm(step, [x])
-    return [backward_mm(step, [x])]
+    return blocks_backward_mm(how, blocks, [cf] * len(blocks))
 
 
 def case_fresh_blocks_each_step(how):
@@ -631,15 +621,7 @@ def case_subclasses(how):
     blocks = [type("Sub%d" % i, (Block,), {})() for i in range(5)]
     if how == "sac(compile(f))":
         blocks = [torch.compile(b) for b in blocks]
-
-    def stack(x):
-        for b in blocks:
-            x = checkpoint(b, x, use_reentrant=False, context_fn=cf)
-        return x
-    step = torch.compile(stack) if how == "compile(sac(f))" else stack
-    x = torch.randn(16, 16, requires_grad=True)
-    backward_mm(step, [x])
-    return [backward_mm(step, [x])]
+    return blocks_backward_mm(how, blocks, [cf] * len(blocks))
 
 
 def case_stance_new_block(how):
