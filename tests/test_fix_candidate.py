@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -433,6 +434,21 @@ def test_with_the_revert_loaded_first_the_candidate_says_so_truly(tmp_path):
     label = proc.stdout.strip().splitlines()[-1]
     assert "not loaded: the 2.10 fix is reverted in-process (by " in label and "revert_fix" in label, label
     assert "before 2.10" not in label
+
+
+def test_sitecustomize_copied_alone_says_so_in_one_line_and_changes_nothing(tmp_path):
+    """Its region choice lives in the file beside it: copied alone, it must not fail at start-up."""
+    shutil.copy(os.path.join(CANDIDATE, "sitecustomize.py"), tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "SAC_FIX_CANDIDATE"}
+    env["PYTHONPATH"] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", "import torch.utils.checkpoint as c, sitecustomize as s; "
+                           "print(hasattr(c, '_sac_repro_fix_candidate'), s.CHANGE_LABEL)"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("False "), (proc.stdout, proc.stderr[-2000:])
+    assert "not loaded: sac_fix_regions.py is not beside" in proc.stdout, proc.stdout
+    assert [l for l in proc.stderr.splitlines() if l.strip()] == [
+        "sac fix candidate: sac_fix_regions.py is not beside %s: copy the whole folder, not sitecustomize.py "
+        "alone; nothing changed" % (tmp_path / "sitecustomize.py")], proc.stderr
 
 
 # ----------------------------------------------------------------- h200_check.sh, its GPU measurement

@@ -44,17 +44,19 @@ import types
 
 def load_regions(name="sac_fix_regions"):
     """Part 1's choice of region, from the file beside this one, found by path: this file may
-    itself be loaded by path, its folder not on sys.path."""
+    itself be loaded by path, its folder not on sys.path. None where this file was copied alone."""
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                         name + ".py"))
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+        if not os.path.isfile(path):
+            return None
+        spec = importlib.util.spec_from_file_location(name, path)
         sys.modules[name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[name])
     return sys.modules[name]
 
 
 REGIONS = load_regions()
-_said, bind, compiled_parts, decline, nested_codes, once, say, region_for = (getattr(REGIONS, name) for name in (
+_said, bind, compiled_parts, decline, nested_codes, once, say, region_for = (getattr(REGIONS, name, None) for name in (
     "_said", "bind", "compiled_parts", "decline", "nested_codes", "once", "say", "region_for"))
 
 ENV = "SAC_FIX_CANDIDATE"
@@ -311,7 +313,11 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 FINDER = _Finder()
 TORCH = CKPT = ERROR_ON_GRAPH_BREAK = None
-if MODE not in MODES:
+if REGIONS is None:
+    CHANGE_LABEL = "%s (not loaded: sac_fix_regions.py is not beside its sitecustomize.py)" % WHAT
+    print("sac fix candidate: sac_fix_regions.py is not beside %s: copy the whole folder, not sitecustomize.py "
+          "alone; nothing changed" % os.path.abspath(__file__), file=sys.stderr, flush=True)
+elif MODE not in MODES:
     CHANGE_LABEL = "%s (not loaded: %s=%r is not one of %s)" % (WHAT, ENV, MODE, ", ".join(MODES))
     say("%s=%r is not one of %s; nothing changed" % (ENV, MODE, ", ".join(MODES)))
 elif "torch" in sys.modules:
