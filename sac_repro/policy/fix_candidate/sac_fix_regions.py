@@ -153,8 +153,8 @@ def region_for(function, context_fn, kwargs):
     if options:
         return decline("checkpoint was given %s" % ", ".join(options))
     if isinstance(function, TORCH.nn.Module):
-        module = found[0] if isinstance(found[0], TORCH.nn.Module) else function
-        if module is not function and hooks_of(function):
+        inner = found[0] if isinstance(found[0], TORCH.nn.Module) else function
+        if inner is not function and hooks_of(function):
             # the region calls the module torch.compile wrapped, not the wrapper that holds these
             return decline("the compiled module's wrapper has hooks, which the region would not run")
     module = module_of(found[0])
@@ -169,7 +169,8 @@ def region_for(function, context_fn, kwargs):
         return decline("the context_fn cannot be referred to weakly")
     # counted by f's code, as Dynamo caches f: a torch.compile(f), or an f, made anew on every
     # step would otherwise make a region, and its graphs, on every step
-    state = _per_code.setdefault(code_of(found[0]), {"live": 0, "dropped": 0})
+    code = code_of(found[0])
+    state = _per_code.setdefault(code, {"live": 0, "dropped": 0})
     try:
         region = entry["regions"].get(function)
     except TypeError:
@@ -181,7 +182,7 @@ def region_for(function, context_fn, kwargs):
     # module.compile()'s bound _call_impl), f given on each call, as they share f's compiled code
     # today: Dynamo keeps one graph for all (guarding on the module's type, not on which one), where
     # a region for each module compiled each anew and counted each against the cap
-    key = (code_of(found[0]), isinstance(found[0], TORCH.nn.Module))
+    key = (code, isinstance(found[0], TORCH.nn.Module))
     template = entry["by_code"].get(key) if module is not None else None
     stance = getattr(getattr(EVAL_FRAME, "_stance", None), "stance", "default")
     if stance == "force_eager":
@@ -192,8 +193,8 @@ def region_for(function, context_fn, kwargs):
         return decline("torch.compiler.set_stance(%r) is in effect, and compile(sac(f)) for this "
                        "context_fn has not been compiled before it" % stance)
     if template is None:
-        new = module is None or not any(k[0] == key[0] for k in entry["by_code"])
-        name = getattr(code_of(found[0]), "co_name", "?")
+        new = module is None or not any(k[0] == code for k in entry["by_code"])
+        name = getattr(code, "co_name", "?")
         # this one only: the regions made already keep running
         if new and state["dropped"] >= DROPPED_PER_CODE:
             return decline("f's code (%s) has had %d compiled regions whose context_fn or compiled function was "
