@@ -85,6 +85,8 @@ RUN_NSYS = [mutant(what, old, new, "tests/test_nsys.py") for what, old, new in [
      '  judge --from-ncu "$name.ncu.txt" ${handed[@]+"${handed[@]}"}'),
     ("a failed ncu capture empties the earlier summary", 'fresh=$(mktemp "$(dirname "$name")/.ncu.XXXXXX")',
      'fresh="$name.ncu.txt"; : > "$fresh"'),
+    ("the ncu summary keeps mktemp's mode 0600, not the umask's",
+     'chmod "$(printf \'%o\' $(( 0666 & ~0$(umask) )))" "$fresh" && mv -f', 'mv -f'),
     ("usage errors exit 1", 'die() { echo "run_nsys.sh: $*" >&2; exit 128; }', 'die() { echo "run_nsys.sh: $*" >&2; exit 1; }'),
     ("a signal leaves the capture running", 'kill -TERM -- "-$running" 2>/dev/null || kill -TERM "$running" 2>/dev/null',
      'true'),

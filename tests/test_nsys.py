@@ -724,3 +724,17 @@ def test_an_ncu_that_prints_no_summary_leaves_the_earlier_one(fake_tools):
     got, stdout, stderr, _ = fake_tools("-o", "mine")
     assert got == 125, stdout + stderr
     assert "ncu wrote no per-NVTX summary" in stderr and earlier.read_text() == "an earlier summary\n"
+
+
+@pytest.mark.parametrize("umask, mode", [(0o002, 0o664), (0o027, 0o640)])
+def test_the_ncu_summary_gets_the_mode_of_a_file_the_user_writes(fake_tools, umask, mode):
+    """NAME.ncu.txt is written through a temporary file, which mktemp makes 0600: the summary gets
+    the mode that `ncu ... > NAME.ncu.txt` would give it under the user's umask."""
+    fake_tools.install("ncu", FAKE_NCU)
+    before = os.umask(umask)
+    try:
+        got, stdout, stderr, _ = fake_tools("-o", "mine", FAKE_NCU_OUT=data("h200-torch2.11", "ncu_per_nvtx_run_nsys.txt"))
+    finally:
+        os.umask(before)
+    assert got == 0, stdout + stderr
+    assert stat.S_IMODE((fake_tools.tmp / "mine.ncu.txt").stat().st_mode) == mode
