@@ -706,7 +706,7 @@ def main(path, names, hows=HOWS):
             # each case as in a process of its own: the candidate says each thing once, and counts
             # the compiles of one f's code (three_mm serves every case) over the process
             for state in ("_said", "_per_code"):
-                getattr(sys.modules.get("sac_fix_regions"), state, set()).clear()
+                getattr(sys.modules.get("torch.utils._sac_compiled_fn"), state, set()).clear()
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")
                 try:

@@ -57,7 +57,7 @@ def assert_fix_applies(result):
     assert result["candidate"] == "fix", result["label"]
     assert result["label"].endswith("loaded in-process (mode: fix)"), result["label"]
     # every replaced torch function is now defined in the candidate's file: what the bundle reports
-    assert len(result["replaced"]) == 3 and set(result["replaced_in"].values()) == \
+    assert len(result["replaced"]) == 4 and set(result["replaced_in"].values()) == \
         {os.path.join(CANDIDATE, "sitecustomize.py")}, result["replaced_in"]
     for case, bwd in EAGER_SAC_BWD.items():
         got = numbers(result, case)
@@ -136,7 +136,7 @@ def test_warn_mode_changes_no_number_and_warns_once_without_the_candidate_nothin
 
 def test_under_the_candidate_the_upstream_op_policy_test_passes_and_the_other_two_still_do(tmp_path, monkeypatch):
     monkeypatch.delenv("SAC_FIX_CANDIDATE", raising=False)
-    files = {name: open(os.path.join(CANDIDATE, name)).read() for name in ("sitecustomize.py", "sac_fix_regions.py")}
+    files = {name: open(os.path.join(CANDIDATE, name)).read() for name in ("sitecustomize.py", "_sac_compiled_fn.py")}
     alone, standalone = run_modules(sys.executable, tmp_path, [BLOCK_ALONE, STANDALONE_MODULE], files)
     # the op-policy test is an expected failure in the block, so its passing is an unexpected success
     for got in (alone, standalone):
@@ -232,7 +232,7 @@ def test_pytorchs_own_sac_tests_have_the_same_outcomes_with_the_candidate(tmp_pa
 
 # ------------------------------------------- the hard cases: right, or today's with the decline said
 CASES_PROBE = os.path.join(ROOT, "tests", "fix_cases.py")
-DECLINED = "runs as it does without the candidate fix"
+DECLINED = "runs as it does with torch.utils.checkpoint._sac_policy_applies_to_compiled_fn off"
 MM_OUT_WARNING = "was asked about aten.mm.out"
 
 
@@ -437,7 +437,7 @@ def test_with_the_revert_loaded_first_the_candidate_says_so_truly(tmp_path):
 
 
 def test_sitecustomize_copied_alone_says_so_in_one_line_and_changes_nothing(tmp_path):
-    """Its region choice lives in the file beside it: copied alone, it must not fail at start-up."""
+    """The series' module is the file beside it: copied alone, it must not fail at start-up."""
     shutil.copy(os.path.join(CANDIDATE, "sitecustomize.py"), tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "SAC_FIX_CANDIDATE"}
     env["PYTHONPATH"] = str(tmp_path)
@@ -445,9 +445,9 @@ def test_sitecustomize_copied_alone_says_so_in_one_line_and_changes_nothing(tmp_
                            "print(hasattr(c, '_sac_repro_fix_candidate'), s.CHANGE_LABEL)"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0 and proc.stdout.startswith("False "), (proc.stdout, proc.stderr[-2000:])
-    assert "not loaded: sac_fix_regions.py is not beside" in proc.stdout, proc.stdout
+    assert "not loaded: _sac_compiled_fn.py is not beside" in proc.stdout, proc.stdout
     assert [l for l in proc.stderr.splitlines() if l.strip()] == [
-        "sac fix candidate: sac_fix_regions.py is not beside %s: copy the whole folder, not sitecustomize.py "
+        "sac fix candidate: _sac_compiled_fn.py is not beside %s: copy the whole folder, not sitecustomize.py "
         "alone; nothing changed" % (tmp_path / "sitecustomize.py")], proc.stderr
 
 
