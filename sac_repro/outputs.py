@@ -19,7 +19,8 @@ def check_outputs(outputs, inputs=()):
     """Before any work. outputs: (option, path) pairs, path None where there is none (or it is
     stdout); inputs: (option, path, what it is). Each output must be a file its folder lets us
     write, and none of the inputs, the other outputs or what the bundle's folder holds that is not
-    the user's (bundle_file). Real paths are compared: a symlink, `./x` or a hard link is the same file."""
+    the user's (bundle_file), nor a symlink out of its folder. Real paths are compared: a symlink,
+    `./x` or a hard link is the same file."""
     taken = [(option, path, what) for option, path, what in inputs if path]
     for option, path in outputs:
         if path is None:
@@ -33,6 +34,10 @@ def check_outputs(outputs, inputs=()):
         if part:
             raise UsageError("%s %s is %s: writing it would destroy it; name a new file, or one outside the "
                              "bundle's folder" % (option, path, part))
+        elsewhere = symlink_out(path)
+        if elsewhere:
+            raise UsageError("%s %s: is a symlink to %s, outside the folder named; name that file, or another"
+                             % (option, path, elsewhere))
         taken.append((option, path, "another output"))
 
 
@@ -46,6 +51,18 @@ def check_writable(path, option):
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise UsageError("%s %s: folder %s does not exist or is not writable" % (option, path, folder))
+
+
+def symlink_out(path):
+    """Where a symlink at path leads out of its own folder (its target, real or not there yet), else
+    None. Refused rather than replaced: the link is the user's (a results folder kept elsewhere, say),
+    and writing through it writes a file that was never named. A link within the folder is written
+    through; so is one to our own stdout or stderr (/dev/stdout, /dev/stderr), written as a stream."""
+    if not os.path.islink(path) or std_stream_of(path) is not None:
+        return None
+    real = os.path.realpath(path)
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    return None if os.path.dirname(real) == folder else real
 
 
 def same_file(a, b):
