@@ -155,7 +155,7 @@ template = os.environ["QUICK_VENV_TEMPLATE"]
 if len(sys.argv) != 2:
     sys.exit("the tests' quick venv takes one argument, a path; got %r" % sys.argv[1:])
 target = os.path.abspath(sys.argv[1])
-shutil.copytree(template, target, symlinks=True)
+shutil.copytree(template, target, symlinks=True, dirs_exist_ok=True)  # as venv, into a folder that is there
 for folder, names in ((target, ["pyvenv.cfg"]), (os.path.join(target, "bin"), os.listdir(os.path.join(target, "bin")))):
     for name in names:
         path = os.path.join(folder, name)
