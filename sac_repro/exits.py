@@ -121,13 +121,19 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+# What the process was started ignoring (`nohup` ignores SIGHUP; a shell's `cmd &` without job
+# control, SIGINT and SIGQUIT): left ignored, or the run would end on what its caller meant it to outlive.
+IGNORED_AT_START = frozenset(s for s in HANDLED_SIGNALS if signal.getsignal(s) == signal.SIG_IGN)
+
+
 def raise_on_signals():
     def handler(signum, frame):
         for s in HANDLED_SIGNALS:  # the clean-up on the way out must not be cut short by a second one
             signal.signal(s, signal.SIG_IGN)
         raise Interrupted(signum)
     for s in HANDLED_SIGNALS:
-        signal.signal(s, handler)
+        if s not in IGNORED_AT_START:
+            signal.signal(s, handler)
 
 
 def dies_with_parent():
@@ -145,6 +151,38 @@ def dies_with_parent():
         if os.getppid() != parent:  # the parent died before the signal was armed
             os._exit(EXIT_ABORT)
     return arm if sys.platform.startswith("linux") else None
+
+
+def end_own_group():
+    """In a child that leads a session of its own (run_child's), on its way out after a signal: ends
+    what it started (Inductor's compile workers, a compiler), which the death signal that
+    dies_with_parent armed in the child alone never reaches. Linux (the group read from /proc);
+    elsewhere, and in a process that leads no group, nothing is done."""
+    me = os.getpid()
+    if os.getpgrp() != me or not os.path.isdir("/proc"):
+        return
+    for _ in range(3):  # and what was being started meanwhile
+        others = [pid for pid in group_members(me) if pid != me]
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if not others:
+            return
+
+
+def group_members(pgid):
+    members = []
+    for name in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % name) as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()  # after the command's name, which may hold anything
+        except (OSError, IndexError):
+            continue
+        if name.isdigit() and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(name))
+    return members
 
 
 def end_group(proc, grace=0):

@@ -107,3 +107,156 @@ def test_the_hand_off_is_written_only_into_run_nsys_shs_temporary_file(tmp_path)
         assert cli.not_our_temp_file(handoff, cli.HANDOFF_TEMP) is None
     finally:
         os.unlink(handoff)
+
+
+# ------------------------------------------------------------------------------- no orphans
+STAND_IN_TORCH = {
+    "torch/__init__.py": """import os, subprocess, sys, time
+mode = os.environ.get("STAND_IN_TORCH")
+if mode == "fails":
+    raise ImportError("a stand-in torch that cannot be imported")
+if mode == "sleeps" and "--_child" in sys.argv:  # the measured child, importing torch, starts one of its own
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", os.environ["STAND_IN_MARK"]])
+    with open(os.environ["STAND_IN_PIDS"], "w") as fh:
+        fh.write("%d %d" % (os.getpid(), grandchild.pid))
+    time.sleep(600)
+""",
+    "torch/utils/__init__.py": "",
+    "torch/utils/collect_env.py": """import os, subprocess, sys, time
+# as collect_env runs pip and nvidia-smi: a process of its own, here one that hangs
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", os.environ["STAND_IN_MARK"]])
+with open(os.environ["STAND_IN_PIDS"], "w") as fh:
+    fh.write("%d %d" % (os.getpid(), grandchild.pid))
+time.sleep(600)
+""",
+}
+
+
+@pytest.fixture
+def stand_in_torch(tmp_path):
+    """PYTHONPATH with a torch package that plays the part asked (STAND_IN_TORCH), and what it marks."""
+    for name, text in STAND_IN_TORCH.items():
+        path = tmp_path / "site" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return {"PYTHONPATH": str(tmp_path / "site"), "STAND_IN_MARK": "stand-in-%s" % tmp_path.name,
+            "STAND_IN_PIDS": str(tmp_path / "pids")}
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie is dead, only not reaped
+    except FileNotFoundError:
+        return False
+
+
+def marked(mark):
+    """The pids of the live processes whose command line holds mark."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as fh:
+                if mark.encode() in fh.read() and alive(int(pid)):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def sigkill_once_started(cmd, env, pids_file):
+    """Starts cmd, waits for the stand-in to write its pids, SIGKILLs cmd; the pids written."""
+    proc = subprocess.Popen(cmd, env=dict(os.environ, **env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not (os.path.exists(pids_file) and os.path.getsize(pids_file)):
+            assert time.time() < deadline and proc.poll() is None, "the stand-in never started"
+            time.sleep(0.1)
+        time.sleep(0.2)
+        proc.kill()
+        proc.wait(timeout=30)
+        return [int(p) for p in open(pids_file).read().split()]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def left_running(pids, mark, seconds=5):
+    deadline = time.time() + seconds
+    while time.time() < deadline and (any(alive(p) for p in pids) or marked(mark)):
+        time.sleep(0.1)
+    left = sorted(set([p for p in pids if alive(p)] + marked(mark)))
+    for pid in left:  # no test leaves them either
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child dies with its parent on Linux")
+def test_a_sigkill_during_collect_env_leaves_nothing_running(tmp_path, stand_in_torch):
+    """--markdown runs collect_env, which runs pip and nvidia-smi; a SIGKILL to the judged run left
+    collect_env, and what it started, running under PID 1."""
+    handoff = tmp_path / "handoff.json"  # a capture run's torch: the paste asks collect_env for its versions
+    handoff.write_text(json.dumps({"env": {"torch": "2.13.0+cpu", "device": "cpu"}, "dynamo_skips": []}))
+    env = dict(stand_in_torch, STAND_IN_TORCH="collect_env")
+    pids = sigkill_once_started([sys.executable, JUDGED, "--from-nsys", REVERTED_CSV, "--markdown", "--_env", handoff],
+                                env, stand_in_torch["STAND_IN_PIDS"])
+    assert left_running(pids, stand_in_torch["STAND_IN_MARK"]) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child dies with its parent on Linux")
+def test_a_sigkill_leaves_nothing_of_the_measured_childs_own(tmp_path, stand_in_torch):
+    """The measured child dies with its parent; what it started (Inductor's compile workers, a
+    compiler) must go with it."""
+    env = dict(stand_in_torch, STAND_IN_TORCH="sleeps", TMPDIR=str(tmp_path))
+    pids = sigkill_once_started([sys.executable, JUDGED, "--device", "cpu"], env, stand_in_torch["STAND_IN_PIDS"])
+    assert left_running(pids, stand_in_torch["STAND_IN_MARK"]) == []
+
+
+# ------------------------------------------------------------------------------------ nohup
+SLOW_CHILD = """import os, shutil, sys, time
+open(os.environ["SLOW_CHILD_STARTED"], "w").close()
+time.sleep(3)
+shutil.copy(%r, sys.argv[sys.argv.index("--_child") + 1])
+"""
+
+
+def test_a_nohup_run_keeps_running_through_a_hang_up(tmp_path):
+    """nohup ignores SIGHUP; the judged run installed its handler anyway and ended 129 on a hang-up."""
+    recorded = tmp_path / "child.json"
+    recorded.write_text(open(data("cpu-torch2.13", "child_fixed.json")).read().replace("<repo>", ROOT))
+    child = tmp_path / "child.py"
+    child.write_text(SLOW_CHILD % str(recorded))
+    started = tmp_path / "started"
+    code = ("import sys; sys.path.insert(0, %r)\nfrom sac_repro.judge import cli\ncli.ENTRY = %r\n"
+            "sys.exit(cli.main(cli.SCRIPT, ['--device', 'cpu']))" % (ROOT, str(child)))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, SLOW_CHILD_STARTED=str(started)),
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        deadline = time.time() + 60
+        while not started.exists():
+            assert time.time() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    assert "VERDICT: not_reproduced (exit 0)" in out
+
+
+# ------------------------------------------------------------------------- any stdout
+@pytest.mark.parametrize("args, rc", [(["--from-nsys", REVERTED_CSV, "--markdown"], 1),
+                                      (["--from-nsys", FIXED_CSV], 0)], ids=["markdown", "text"])
+def test_a_stdout_that_cannot_encode_the_paste_still_gets_it(args, rc):
+    """PYTHONIOENCODING=latin-1 (a latin-1 locale, a Windows console): the heading's bug emoji ended
+    the run 'internal error: UnicodeEncodeError', 128, and no paste."""
+    proc = subprocess.run([sys.executable, JUDGED] + args, capture_output=True, timeout=120,
+                          env=dict(os.environ, PYTHONIOENCODING="latin-1"))
+    assert proc.returncode == rc, proc.stderr
+    out = proc.stdout.decode("latin-1")
+    if "--markdown" in args:
+        assert out.startswith("### ? Describe the bug\n") and "- **Verdict:** `reproduced` (exit 1)" in out
+    else:
+        assert "VERDICT: not_reproduced (exit 0)" in out

@@ -20,8 +20,8 @@ import traceback
 from .. import outputs
 from . import plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
-from ..exits import (codes_help, dies_with_parent, end_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK, guarded, one_line,
-                    OutputError, raised_by_this_bundle, say_error, UsageError)
+from ..exits import (codes_help, dies_with_parent, end_group, end_own_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK,
+                     guarded, Interrupted, one_line, OutputError, raised_by_this_bundle, say_error, UsageError)
 from ..policy.policy_report import render_policy_markdown
 from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_text, rerun_command, rerun_env
 from .inputs import load_bench, load_capture_run
@@ -221,7 +221,11 @@ def run(script_path, argv):
     doc = ast.get_docstring(ast.parse(open(script_path).read()))
     args = parse_args(argv, doc)
     if args.child_out:
-        return child(script_path, args)
+        try:
+            return child(script_path, args)
+        except Interrupted:  # the parent died (dies_with_parent) or was told to end us
+            end_own_group()
+            raise
     if args.from_nsys is not None or args.from_ncu is not None:
         kind, path = ("ncu", args.from_ncu) if args.from_ncu is not None else ("nsys", args.from_nsys)
         capture_run = load_capture_run(args.env_file)
@@ -300,7 +304,11 @@ def emit(text):
     try:
         if sys.stdout is None:
             raise OSError("standard output is closed")
-        print(text)
+        try:
+            print(text)
+        except UnicodeEncodeError:  # a stdout in latin-1 (a locale, a console): what it cannot encode is '?'
+            encoding = sys.stdout.encoding
+            print(text.encode(encoding, "replace").decode(encoding))
         sys.stdout.flush()
     except OSError as e:
         raise OutputError("cannot write the report to standard output: %s" % (e.strerror or e))
@@ -333,6 +341,8 @@ def child(script_path, args):
     """In the child process: import the torch under test, then measure (measure.py)."""
     try:
         import torch  # noqa: F401
+    except (Interrupted, KeyboardInterrupt):  # a signal, not a torch that fails to import
+        raise
     except BaseException as e:
         return write_child_result(args.child_out, {
             "status": "cannot_test", "reason": "torch failed to import: %s" % one_line(e)[:300]})
@@ -456,10 +466,34 @@ def signal_name(num):
         return "signal %d" % num
 
 
+# `python -m torch.utils.collect_env`, in a wrapper that ends its whole session when told to end:
+# collect_env runs pip, nvidia-smi and others, any of which can hang, and the death signal that
+# dies_with_parent arms reaches the wrapper alone, never what collect_env started.
+COLLECT_ENV = """import os, runpy, signal, sys
+def end(signum, frame):
+    os.killpg(0, signal.SIGKILL)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+    signal.signal(s, end)
+sys.argv = [sys.argv[0]]
+runpy.run_module("torch.utils.collect_env", run_name="__main__", alter_sys=True)
+"""
+COLLECT_ENV_TIMEOUT = 120
+
+
 def collect_env():
-    """The versions PyTorch's bug template asks for: `python -m torch.utils.collect_env`."""
+    """The versions PyTorch's bug template asks for: `python -m torch.utils.collect_env`, started as
+    run_child starts the measured child, so that nothing of it outlives this run."""
     try:
-        return subprocess.run([sys.executable, "-m", "torch.utils.collect_env"], capture_output=True,
-                              text=True, timeout=120).stdout.strip()
-    except Exception as e:
+        proc = subprocess.Popen([sys.executable, "-c", COLLECT_ENV], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+                                preexec_fn=dies_with_parent())
+    except OSError as e:
         return "collect_env failed: %s" % e
+    try:
+        return proc.communicate(timeout=COLLECT_ENV_TIMEOUT)[0].strip()
+    except subprocess.TimeoutExpired:
+        end_group(proc)
+        return "collect_env failed: no answer within %d s" % COLLECT_ENV_TIMEOUT
+    except BaseException:
+        end_group(proc)
+        raise
