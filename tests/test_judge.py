@@ -241,3 +241,150 @@ def test_the_report_carries_the_torch_a_bisect_checks():
     r = verdict.report_from_child(copy.deepcopy(FIXED), "regression", False)
     assert r["torch_git_version"] == FIXED["env"]["torch_git"] == "cf30153c4c131c8164ee7798e5022d810682e2cb"
     assert r["torch_version"] == "2.13.0+cpu" and r["device"] == "cpu"
+
+
+# ------------------------------------------- a call that ran f eagerly, then raised (2.12+, reverted)
+# What torch 2.13's profiler recorded of one call of the report's f_compiled under SAC with the fix
+# reverted and fullgraph=True: f's eager ops, then "found no compiled frames" (FACTS, 2026-12-05).
+RAN_THEN_RAISED_NAMES = [["PythonDispatchMode", 5], ["TorchDynamo Cache Lookup", 1], ["aten::_to_copy", 4],
+                         ["aten::add", 4], ["aten::copy_", 4], ["aten::detach", 1], ["aten::empty_strided", 4],
+                         ["aten::matmul", 1], ["aten::mm", 2], ["aten::mul", 4], ["aten::resolve_conj", 3],
+                         ["aten::to", 4]]
+REFUSAL = "RuntimeError: torch.compile with fullgraph=True found no compiled frames."
+
+
+def ran_then_raised(raw, scenario="with_context", names=RAN_THEN_RAISED_NAMES, calls=(0, 1, 2)):
+    """raw, with these calls of one scenario recorded as the child records a call that raised."""
+    raw = copy.deepcopy(raw)
+    for i in calls:
+        raw["scenarios"][scenario]["calls"][i] = {"names": names, "refused": REFUSAL}
+    return raw
+
+
+def test_a_call_that_ran_f_eagerly_and_then_raised_says_so():
+    """Issue 45: 'ran no compiled code' and 'nothing ran' where the profile of the call shows f's
+    eager ops: it ran eagerly, then raised."""
+    r = judged(ran_then_raised(REVERTED))
+    case = r["scenarios"]["with_context"]
+    assert (r["verdict"], r["exit_code"]) == ("reproduced", 1)
+    assert (case["eager_calls"], case["refused_calls"], case["eager_then_raised_calls"]) == (3, 3, 3)
+    assert case["calls_refused"] == [True] * 3
+    assert case["eager_pointwise"] == {"aten::add": 12, "aten::mul": 12}
+    assert verdict.not_compiled(case) == "ran eagerly, then raised"
+    assert r["reason"].startswith("3 of 3 calls under SAC ran eagerly, then raised (no compiled code, eager "
+                                  "aten::add, aten::mul; Dynamo skipped f_compiled, and with fullgraph=True "
+                                  "torch.compile raised once f had run: " + REFUSAL)
+
+
+def test_a_call_that_raised_with_no_record_of_f_is_not_said_to_have_run_eagerly():
+    """A recording that kept no events of the raising call (before issue 45) says no more than it holds."""
+    r = judged(REVERTED)
+    case = r["scenarios"]["with_context"]
+    assert (case["refused_calls"], case["eager_then_raised_calls"]) == (3, 0)
+    assert verdict.not_compiled(case) == "ran no compiled code"
+    one = judged(ran_then_raised(REVERTED, calls=(0,), names=[["aten::detach", 1]]))["scenarios"]["with_context"]
+    assert (one["refused_calls"], one["eager_then_raised_calls"]) == (3, 0)
+    assert verdict.not_compiled(one) == "ran no compiled code"
+
+
+def test_calls_that_ran_eagerly_some_raising_say_how_many_raised():
+    raw = ran_then_raised(REVERTED, calls=(0,))
+    raw["scenarios"]["with_context"]["calls"][1:] = [{"names": EAGER_NAMES}] * 2
+    case = judged(raw)["scenarios"]["with_context"]
+    assert verdict.not_compiled(case) == "ran eagerly, 1 of them then raising"
+
+
+# ------------------------------------------------------------------ the ablation's one line
+def row(backend, saw=(), compiled=True, **kw):
+    return dict({"backend": backend, "frame_compiled": compiled, "policy_saw": sorted(saw),
+                 "backward_matmuls": None}, **kw)
+
+
+F_OPS = ("aten.add.Tensor", "aten.mm.default", "aten.mul.Tensor")
+WRAP = "inductor + wrap_inductor_compiled_regions"
+AS_SHIPPED = [row("eager", F_OPS), row("aot_eager", F_OPS), row("aot_eager_decomp_partition", F_OPS),
+              row("inductor", ["aten.mm.out"], backward_matmuls=3), row(WRAP, ["inductor_compiled_code"])]
+INDUCTORS = "Inductor: only with inductor does the policy see `aten.mm.out` instead of `aten.mm.default` " \
+            "(the second finding is Inductor's)"
+DYNAMOS = "Dynamo: it skipped f under SAC whatever the backend (#161889 is Dynamo's)"
+
+
+def reading(rows, **kw):
+    return verdict.ablation_reading(copy.deepcopy(rows), **kw)
+
+
+def test_the_ablation_reads_inductor_where_only_inductor_shows_the_extern_matmul():
+    assert reading(AS_SHIPPED) == INDUCTORS
+    assert reading(AS_SHIPPED, case_saw=["aten.mm.out"]) == INDUCTORS
+    assert reading(AS_SHIPPED[:4]) == INDUCTORS  # before 2.10's wrap option
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda rows: rows[3].update(policy_saw=["aten.mm.default", "aten.mm.out"]), "inductor saw the op itself too"),
+    (lambda rows: rows[3].update(policy_saw=["aten.add.Tensor"]), "inductor never saw aten.mm.out"),
+    (lambda rows: rows[3].update(frame_compiled=False), "inductor did not compile f under SAC"),
+    (lambda rows: rows[1].update(policy_saw=["aten.mm.out"]), "another backend did not see aten.mm.default"),
+    (lambda rows: [r.update(frame_compiled=False) for r in rows[:3]], "no other backend ran f compiled"),
+    (lambda rows: rows[4].update(policy_saw=["aten.mm.default"]), "the wrap row is inductor's: not an 'other'"),
+], ids=["both", "no-out", "inductor-eager", "other-out", "no-others", "wrap-is-inductors"])
+def test_each_condition_of_inductors_reading(change, why):
+    """Each part of the one test that places the finding in Inductor, broken alone."""
+    rows = copy.deepcopy(AS_SHIPPED)
+    change(rows)
+    expected = INDUCTORS if why.startswith("the wrap row") else None
+    got = reading(rows)
+    assert (got == INDUCTORS) == (expected == INDUCTORS), (why, got)
+    if expected is None:
+        assert "#161889" not in got and got.startswith(("no single backend:", "no finding to place")), (why, got)
+
+
+def test_the_ablation_reads_dynamo_only_where_every_backend_ran_f_eagerly_under_sac():
+    refused = [row(r["backend"], F_OPS, compiled=False, refused=True, eager_ops=["aten::add", "aten::mul"])
+               for r in AS_SHIPPED]
+    assert reading(refused) == DYNAMOS
+    assert reading([row(r["backend"], compiled=False) for r in AS_SHIPPED]) == DYNAMOS
+
+
+def test_the_ablation_blames_nothing_on_dynamo_where_the_control_did_not_compile_either():
+    """Issue 45: TORCHDYNAMO_DISABLE=1 (or TORCH_COMPILE_DISABLE=1): nothing compiles, with SAC or
+    without; the ablation said #161889 is Dynamo's."""
+    nothing = [row(r["backend"], F_OPS, compiled=False) for r in AS_SHIPPED]
+    got = reading(nothing, control_compiled=False)
+    assert "#161889" not in got and "Dynamo:" not in got
+    assert got.startswith("nothing to place: the control (f compiled under a plain checkpoint) did not run compiled code")
+    # and from a whole report: the control of the recorded run made eager
+    raw = copy.deepcopy(FIXED)
+    raw["scenarios"]["without_context"]["calls"] = [{"names": EAGER_NAMES}] * 3
+    raw["ablation"] = nothing
+    r = judged(raw)
+    assert r["exit_code"] == 125 and r["ablation"]["reading"] == got
+
+
+def test_the_ablation_that_ran_otherwise_than_the_case_says_so():
+    """Issue 45: under sac_repro/policy/fix_candidate the case saw aten.mm.default (the matmul
+    saved) while the ablation's inductor row, where the candidate had declined, saw aten.mm.out: the
+    paste gave two answers."""
+    got = reading(AS_SHIPPED, case_saw=list(F_OPS))
+    assert "Inductor's" not in got and "second finding" not in got
+    assert got == ("no reading: the ablation's `inductor` row (the case's own arrangement) had the policy asked "
+                   "about `aten.mm.out`, the case above about `aten.add.Tensor`, `aten.mm.default`, "
+                   "`aten.mul.Tensor`: the ablation did not run as the case did")
+    raw = copy.deepcopy(FIXED)
+    raw["scenarios"]["with_context"]["policy_saw"] = [[op, "MUST_SAVE", 2] for op in F_OPS]
+    raw["ablation"] = AS_SHIPPED
+    assert judged(raw)["ablation"]["reading"] == got
+
+
+def test_the_ablation_where_every_backend_saw_the_matmul_places_no_finding():
+    rows = [row(r["backend"], F_OPS, backward_matmuls=2) for r in AS_SHIPPED[:4]] + [AS_SHIPPED[4]]
+    assert reading(rows, case_saw=list(F_OPS)) == ("no finding to place: under every backend the policy was asked "
+                                                   "about `aten.mm.default`")
+
+
+def test_the_ablation_where_a_backend_raised_reads_nothing_into_it():
+    rows = copy.deepcopy(AS_SHIPPED)
+    rows[1] = row("aot_eager", compiled=False, error="BackendCompilerFailed: boom")
+    got = reading(rows)
+    assert got == "no reading: the case raised an error under aot_eager (the table says which)"
+    rows = [row(r["backend"], compiled=False, error="ImportError: x") for r in AS_SHIPPED]
+    assert "#161889" not in reading(rows)

@@ -117,3 +117,79 @@ def test_a_capture_judged_alone_asks_for_the_run_not_an_upgrade():
     rc, stdout, _ = judge("--from-nsys", REVERTED_CSV, "--markdown")
     step = next(l for l in stdout.splitlines() if l.startswith("- **Next step:**"))
     assert "2.10.0 or later" not in step and "python3 -m sac_repro" in step
+
+
+# ----------------------------------------------------------------- the next step's revert check
+OTHER_CHANGE = {"label": "torch changed in-process by /x/patch.py (checkpoint)", "file": "/x/patch.py",
+                "pythonpath": None, "env": {}}
+UNDID = "none for torch: this run undid the 2.10 fix in-process on purpose"
+
+
+def with_changes(raw, changes):
+    raw = copy.deepcopy(raw)
+    raw["env"]["changes"] = changes
+    return raw
+
+
+def step(raw, strict=False):
+    return render.next_step(verdict.report_from_child(copy.deepcopy(raw), "regression", strict))
+
+
+def test_the_next_step_of_a_reverted_run_is_none_for_torch():
+    reverted = recorded(REVERTED)
+    assert step(reverted).startswith(UNDID)
+    # the revert named second, after another change: still the revert's run
+    both = with_changes(reverted, [OTHER_CHANGE] + reverted["env"]["changes"])
+    assert step(both).startswith(UNDID) and "torch changed in-process by /x/patch.py" in step(both)
+
+
+def test_the_next_step_of_another_change_is_not_the_reverts():
+    """Eager calls under a change that is not the revert: no 'this run undid the fix'."""
+    other = with_changes(recorded(REVERTED), [OTHER_CHANGE])
+    assert not step(other).startswith("none for torch")
+    assert not step(with_changes(recorded(REVERTED), [])).startswith("none for torch")
+
+
+def test_the_next_step_of_a_strict_policy_run_under_the_revert_is_the_policys():
+    """Compiled under SAC, the revert listed (it reverted nothing the case used): --strict-policy's
+    reading, not the revert's."""
+    raw = with_changes(recorded(FIXED), recorded(REVERTED)["env"]["changes"])
+    report = verdict.report_from_child(raw, "regression", True)
+    assert report["verdict"] == "reproduced" and not report["scenarios"][verdict.CASE]["eager_calls"]
+    assert render.next_step(report).startswith("read the policy finding below")
+
+
+# ------------------------------------------------- a call that ran f eagerly, then raised (issue 45)
+RAN_THEN_RAISED = [["aten::add", 4], ["aten::mm", 2], ["aten::mul", 4], ["aten::detach", 1]]
+
+
+def ran_then_raised(raw):
+    raw = copy.deepcopy(raw)
+    for s in (verdict.CASE, verdict.AFTER_SAC, verdict.WRAPPED):
+        raw["scenarios"][s]["calls"] = [{"names": RAN_THEN_RAISED, "refused": "RuntimeError: torch.compile with "
+                                         "fullgraph=True found no compiled frames."}] * 3
+    return raw
+
+
+def test_every_output_says_a_call_ran_eagerly_then_raised():
+    """Issue 45: the table said 'none: Dynamo raised', the headline 'ran no compiled code', the
+    policy report that f ran nothing for SAC to see, where each call ran f eagerly first."""
+    report, md = markdown(ran_then_raised(recorded(REVERTED)))
+    text = render.render_text(report)
+    for out in (md, text):
+        assert "none: Dynamo raised" not in out and "nothing ran" not in out and "ran no compiled code" not in out
+    assert md.splitlines()[6].endswith(": the compiled f ran eagerly under SAC in 3 of 3 calls, then raised (Dynamo "
+                                       "skipped it, and with fullgraph=True torch.compile raised once f had run).")
+    row = next(l for l in md.splitlines() if l.startswith("| with_context |"))
+    assert row.startswith("| with_context | 0/3 | aten::add x12, aten::mul x12, then raised |"), row
+    assert "VERDICT: reproduced (exit 1): 3 of 3 calls under SAC ran eagerly, then raised" in text
+    _, policy = markdown(ran_then_raised(recorded(REVERTED)), policy=True)
+    assert ("the compiled f ran eagerly under SAC in 3 of 3 calls, then raised: that is pytorch/pytorch#161889 "
+            "itself") in policy
+    assert "SAC then sees f's own ops, and the policy applies to them" in policy
+
+
+def test_a_raised_call_with_no_record_of_f_says_what_was_seen():
+    report, md = markdown(recorded(REVERTED))  # recorded before issue 45: no events of the raising calls
+    row = next(l for l in md.splitlines() if l.startswith("| with_context |"))
+    assert "| none seen: Dynamo raised |" in row and "nothing ran" not in md

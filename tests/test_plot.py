@@ -76,17 +76,42 @@ def test_the_profiler_picture_of_a_refused_call_draws_nothing_for_it(tmp_path):
     report = verdict.report_from_child(recorded(CHILDREN["2.13 fix reverted"]), "regression", False)
     series = plot.draw_report(report, str(tmp_path / "p.svg"))
     assert is_image(tmp_path / "p.svg")
-    assert [(kind, drawn) for kind, drawn, _ in series["with_context"]] == [("eager", {})] * 3
+    assert [(kind, drawn) for kind, drawn, _ in series["with_context"]] == [("eager", {})] * 3  # nothing recorded
 
 
-def test_a_refused_call_is_labelled_refused_not_eager():
-    """Issue 40: a row labelled "eager" stood above "nothing ran: fullgraph=True raised"."""
+def test_a_refused_call_is_labelled_for_what_was_recorded_of_it():
+    """Issue 40: a row labelled "eager" stood above "nothing ran: fullgraph=True raised". Issue 45:
+    "nothing ran" where the call had run f eagerly; a recording that kept none of its events says so."""
     report = verdict.report_from_child(recorded(CHILDREN["2.13 fix reverted"]), "regression", False)
     case = report["scenarios"]["with_context"]
     assert case["calls"] == ["eager"] * 3  # the verdict's kind: a refusal counts as the bug
-    label, note = plot.call_label(case, "eager", [])
-    assert label == "refused" and "nothing ran" in note
-    assert plot.call_label(report["scenarios"]["without_context"], "compiled", [("compiled", 0, 1, "cpu")]) == ("compiled", None)
+    label, note = plot.call_label("eager", True, [])
+    assert label == "raised" and note.startswith("nothing recorded: Dynamo raised") and "nothing ran" not in note
+    assert plot.call_label("compiled", False, [("compiled", 0, 1, "cpu")]) == ("compiled", None)
+    assert plot.call_label("eager", True, [("other", 0, 1, "cpu")]) == ("raised", "f's ops not seen: Dynamo raised\n(fullgraph=True)")
+
+
+def ran_then_raised(raw):
+    """The reverted recording with each call under SAC as the child records it since issue 45:
+    what ran before fullgraph's error, with its timeline."""
+    raw = copy.deepcopy(raw)
+    names = [["aten::mul", 4], ["aten::add", 4], ["aten::mm", 2], ["aten::detach", 1]]
+    timeline = [["aten::mul", 0.0, 5.0, "cpu"], ["aten::add", 6.0, 4.0, "cpu"], ["aten::mm", 11.0, 9.0, "cpu"],
+                ["aten::detach", 21.0, 1.0, "cpu"]]
+    raw["scenarios"]["with_context"]["calls"] = [
+        {"names": names, "timeline": timeline, "refused": "RuntimeError: torch.compile with fullgraph=True found no "
+         "compiled frames."} for _ in range(3)]
+    return raw
+
+
+def test_a_call_that_ran_eagerly_then_raised_is_drawn_and_labelled_so(tmp_path):
+    """Issue 45: the picture said "nothing ran: Dynamo raised" of calls that ran f eagerly first."""
+    report = verdict.report_from_child(ran_then_raised(recorded(CHILDREN["2.13 fix reverted"])), "regression", False)
+    series = plot.draw_report(report, str(tmp_path / "p.png"))
+    assert [drawn for _, drawn, _ in series["with_context"]] == [{"eager": 2, "matmul": 1, "other": 1}] * 3
+    for kind, _, segments in series["with_context"]:
+        assert plot.call_label(kind, True, segments) == ("eager, then raised", None)
+    assert plot.absent_bars(report, ["with_context"]) == {"with_context": "not counted: the calls raised"}
 
 
 @pytest.mark.parametrize("name, device", [("2.13 fixed", "cpu"), ("H200 2.11 fixed", "cuda")])
@@ -99,9 +124,9 @@ def test_the_caption_fits_the_device(name, device):
 
 def test_every_absent_backward_bar_says_why():
     """Issue 40: backward bars were missing with no note. On the CPU the eager regions cannot be
-    counted; a refused scenario ran nothing."""
+    counted; a scenario whose calls raised has no backward to count."""
     for name, why in (("2.9.1", {"with_context": "SAC serves from its cache", "eager_sac": "SAC serves from its cache"}),
-                      ("2.13 fix reverted", {"with_context": "nothing ran"})):
+                      ("2.13 fix reverted", {"with_context": "the calls raised"})):
         report = verdict.report_from_child(recorded(CHILDREN[name]), "regression", False)
         names = list(report["scenarios"])
         counts, _ = plot.policy_series(report)

@@ -100,12 +100,14 @@ def test_the_bench_adds_the_cost_and_what_saving_the_region_whole_takes():
 @pytest.mark.parametrize("raw, ran", [(AFFECTED, "ran eagerly under SAC in 3 of 3 calls: that is pytorch/pytorch#161889 "
                                                 "itself, fixed in 2.10. SAC then sees f's own ops, and the policy "
                                                 "applies to them. Run it on torch 2.10 or later."),
-                                      # Dynamo raised (fullgraph=True, 2.12+): f ran nothing for SAC to see
-                                      # the revert's path as the recording names it (the bundle's layout then)
+                                      # Dynamo raised (fullgraph=True, 2.12+), in a recording that kept no
+                                      # events of the raising calls; the policy was asked about f's ops.
+                                      # The revert's path as the recording names it (the bundle's layout then)
                                       (REVERTED, "ran no compiled code under SAC in 3 of 3 calls: that is "
                                                  "pytorch/pytorch#161889 itself, brought back here by the 2.10 fix "
-                                                 "reverted in-process (tools/revert_fix/sitecustomize.py). Run it "
-                                                 "without the in-process revert.")],
+                                                 "reverted in-process (tools/revert_fix/sitecustomize.py). SAC then "
+                                                 "sees f's own ops, and the policy applies to them. Run it without "
+                                                 "the in-process revert.")],
                          ids=["2.9.1", "2.13-fix-reverted"])
 def test_where_f_never_compiles_under_sac_the_report_says_it_cannot_be_shown(raw, ran):
     md = markdown(raw)

@@ -24,6 +24,7 @@ import torch
 from .changes import torch_changes
 from ..exits import EXIT_OK, Interrupted, one_line, raised_by_this_bundle
 from .render import PROGRESS
+from .said import Said
 from .verdict import (AFTER_SAC, CASE, classify, CONTROL, CPU_MATMUL_OPS, EAGER_SAC, NO_CHECKPOINT, NO_POLICY_CHECK,
                       POLICY_REPORT_ONLY, refused_to_run_eagerly, SCENARIOS, WORKAROUND, WRAPPED)
 
@@ -72,9 +73,20 @@ class DynamoSkips(logging.Handler):
     """Dynamo's own reasons for skipping a frame of the report's script, where each came: the
     evidence a maintainer looks at first. Evidence only: the verdict comes from what ran."""
 
-    def __init__(self, script):
+    def __init__(self, script, said=None):
         super().__init__(logging.DEBUG)
+        self.said = said  # told where the run is too: what the process says there is placed so
         self.script, self.where, self.seen = os.path.realpath(script), None, []
+
+    @property
+    def where(self):
+        return self._where
+
+    @where.setter
+    def where(self, where):
+        self._where = where
+        if self.said is not None:
+            self.said.where = where or "outside the measured calls"
 
     def install(self):
         logger = logging.getLogger(DYNAMO_LOGGER)
@@ -211,14 +223,27 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
-def profile_call(step, device, timeline=False):
+def profile_call(step, device, timeline=False, on_refusal=None):
     """{"names": [name, count] of every op, label and kernel that ran during one call of step()},
-    and with timeline, each of them as [name, start us, duration us, "cpu" | "gpu"] (for --plot)."""
+    and with timeline, each of them as [name, start us, duration us, "cpu" | "gpu"] (for --plot).
+    A call that raised fullgraph's "found no compiled frames" (2.12+: Dynamo skipped f, which ran
+    eagerly first) keeps what ran before the error, and "refused": the error's first sentence;
+    on_refusal is given the error. Any other error is raised."""
+    refused = None
     with torch.profiler.profile(activities=activities(device)) as prof:
-        step()
+        try:
+            step()
+        except Exception as e:
+            if not refused_to_run_eagerly(e):
+                raise
+            refused = e
         synchronize(device)
     events = prof.events()
     call = {"names": sorted([n, c] for n, c in collections.Counter(e.name for e in events).items())}
+    if refused is not None:
+        call["refused"] = first_sentence(refused)
+        if on_refusal:
+            on_refusal(refused)
     if timeline and events:
         t0 = min(e.time_range.start for e in events)
         call["timeline"] = [[e.name, round(e.time_range.start - t0, 3), round(e.time_range.elapsed_us(), 3),
@@ -285,13 +310,7 @@ def measure_scenario(name, step, device, policy_seen, timeline, skips):
         skips.from_error(e)
     for i in range(PROFILED_CALLS):
         skips.where = "%s, profiled call %d" % (name, i + 1)
-        try:
-            entry["calls"].append(profile_call(step, device, timeline))
-        except Exception as e:
-            if not refused_to_run_eagerly(e):
-                raise
-            skips.from_error(e)
-            entry["calls"].append({"names": [], "refused": first_sentence(e)})
+        entry["calls"].append(profile_call(step, device, timeline, skips.from_error))
     skips.where = None
     if not any("refused" in c for c in entry["calls"]):
         entry["forward_us"] = time_forward_us(step, device)
@@ -307,28 +326,39 @@ WRAP_OPTION = "wrap_inductor_compiled_regions"
 
 def ablation(namespace, device, policy_seen):
     """Per backend: did Dynamo run f's frame compiled under SAC, which ops was the policy asked
-    about, and how many matmuls did one backward compute (None where this device cannot tell)."""
+    about, and how many matmuls did one backward compute (None where this device cannot tell);
+    where the call raised fullgraph's error, the eager ops of f that ran before it."""
     import torch._inductor.config
     f, x, y, with_context = namespace["f"], namespace["x"], namespace["y"], namespace["checkpoint_fn_with_context"]
     configs = [(b, None) for b in ABLATION_BACKENDS]
     if hasattr(torch._inductor.config, WRAP_OPTION):
         configs.append(("inductor", {WRAP_OPTION: True}))
-    rows = []
+    rows, kept = [], []
     for backend, options in configs:
         row = {"backend": backend + (" + " + WRAP_OPTION if options else "")}
         fn = torch.compile(fresh_code(f), backend=backend, fullgraph=True, dynamic=True,
                            **({"options": options} if options else {}))
+        # Each kept to the end, as the case keeps its f_compiled: an in-process change may tell a
+        # compiled function made and dropped in turn from one made anew on every call, and treat
+        # it otherwise (the candidate fix declined the fifth such, so the inductor row ran without it)
+        kept.append(fn)
         policy_seen.clear()
         try:
-            with_context(fn, x, y)  # compiles
-            names = {n for n, _ in profile_call(lambda: with_context(fn, x, y), device)["names"]}
+            try:
+                with_context(fn, x, y)  # compiles
+            except Exception as e:
+                if not refused_to_run_eagerly(e):
+                    raise
+            call = profile_call(lambda: with_context(fn, x, y), device)
+            names = {n for n, _ in call["names"]}
             row["frame_compiled"] = any(n.startswith("Torch-Compiled Region") for n in names)
             row["policy_saw"] = sorted(op for op, _ in policy_seen)
-            row["backward_matmuls"] = backward_matmuls(lambda: with_context(fn, x, y), device)
+            if "refused" in call:
+                row.update(refused=True, eager_ops=sorted(n for n in names if classify(n).cls == "eager"))
+            else:
+                row["backward_matmuls"] = backward_matmuls(lambda: with_context(fn, x, y), device)
         except Exception as e:
-            if not refused_to_run_eagerly(e):
-                row["error"] = one_line(e)
-            row.update(frame_compiled=False, policy_saw=sorted(op for op, _ in policy_seen), refused=True)
+            row.update(error=one_line(e), frame_compiled=False, policy_saw=sorted(op for op, _ in policy_seen))
         rows.append(row)
     return rows
 
@@ -361,8 +391,8 @@ def first_sentence(e):
     return "%s: %s" % (type(e).__name__, text if end < 0 else text[:end + 1])
 
 
-def measure(path, device, loops_only, policy_report, timeline, result, with_ablation=False):
-    skips = DynamoSkips(path).install()
+def measure(path, device, loops_only, policy_report, timeline, result, with_ablation=False, said=None):
+    skips = DynamoSkips(path, said).install()
     result["dynamo_skips"] = skips.seen  # filled as the report's code and the scenarios run
     try:
         namespace = run_script(path, result, skips)
@@ -411,9 +441,11 @@ def measure(path, device, loops_only, policy_report, timeline, result, with_abla
     result["status"] = "ok"
 
 
-def child_main(path, out_path, device_arg, loops_only, policy_report, timeline, with_ablation=False):
+def child_main(path, out_path, device_arg, loops_only, policy_report, timeline, with_ablation=False, said=None):
     """Writes the result as JSON, whatever happens short of a crash. The environment is described
-    first, so that an error later still reports which torch it was."""
+    first, so that an error later still reports which torch it was. `said`: what the process has
+    printed and warned (said.py), installed before torch was imported, or from here on."""
+    said = said or Said().install()
     device = "cuda" if device_arg != "cpu" and torch.cuda.is_available() else "cpu"
     result = {"status": None, "env": describe_environment(device)}
     try:
@@ -422,7 +454,7 @@ def child_main(path, out_path, device_arg, loops_only, policy_report, timeline, 
             result.update(status="cannot_test", reason="--device cuda was asked for, but this torch "
                           "sees no CUDA device (torch.cuda.is_available() is False); use --device cpu or auto")
         else:
-            measure(path, device, loops_only, policy_report, timeline, result, with_ablation)
+            measure(path, device, loops_only, policy_report, timeline, result, with_ablation, said)
     except Interrupted:
         raise  # a signal to the child: no result, which the parent reads as cannot_test
     except BaseException as e:
@@ -433,6 +465,7 @@ def child_main(path, out_path, device_arg, loops_only, policy_report, timeline, 
     except Exception as e:  # never "no changes" where they could not be read
         result.update(status="our_bug", reason="reading what changed torch in-process: " + one_line(e),
                       traceback=traceback.format_exc())
+    result["said"] = said.finish()
     with open(out_path, "w") as fh:
         json.dump(result, fh)
     return EXIT_OK

@@ -89,6 +89,7 @@ def draw_profiler(report, path):
     ax.set_title(title(report), fontsize=9, loc="left")
     for row, name in enumerate(names):
         y = len(names) - 1 - row
+        raised = report["scenarios"][name].get("calls_refused") or [False] * len(series[name])
         for i, (kind, _, segments) in enumerate(series[name]):
             span = max([s + d for _, s, d, _ in segments] or [1.0])
             for cls, start, dur, lane in sorted(segments, key=lambda s: -s[2]):  # nested ops over their parents
@@ -96,7 +97,7 @@ def draw_profiler(report, path):
                 w = max(0.9 * dur / span, 0.003)
                 ax.add_patch(plt.Rectangle((x, y + (0.05 if lane == "gpu" else 0.45)), w, 0.36,
                                            color=COLOURS[cls], lw=0))
-            label, note = call_label(report["scenarios"][name], kind, segments)
+            label, note = call_label(kind, raised[i], segments)
             ax.text(i + 0.5, y + 0.88, label, ha="center", va="bottom", fontsize=7, color=KIND_COLOURS[kind],
                     fontweight="bold")
             if note:
@@ -114,13 +115,17 @@ def draw_profiler(report, path):
     return series
 
 
-def call_label(scenario, kind, segments):
-    """The label over one call and the note in its place: a call that Dynamo refused ran nothing,
-    so it is labelled for what happened (it counts as the bug, as the verdict counts it), not
-    "eager"."""
-    if not segments and scenario.get("refused"):
-        return "refused", "nothing ran: Dynamo raised\n(fullgraph=True)"
-    return kind, None
+def call_label(kind, raised, segments):
+    """The label over one call and the note in its place. A call that raised fullgraph's error
+    (it counts as the bug, as the verdict counts it) is labelled for what its profile recorded:
+    f's eager ops and then the error, or only the error."""
+    if not raised:
+        return kind, None
+    if any(cls == "eager" for cls, _, _, _ in segments):
+        return "eager, then raised", None
+    if not segments:
+        return "raised", "nothing recorded: Dynamo raised\n(fullgraph=True)"
+    return "raised", "f's ops not seen: Dynamo raised\n(fullgraph=True)"
 
 
 def lanes_caption(report):
@@ -147,7 +152,7 @@ def absent_bars(report, names):
         if s.get("backward_error"):
             out[name] = "not counted: backward raised"
         elif s.get("refused"):
-            out[name] = "not counted: nothing ran"
+            out[name] = "not counted: the calls raised"
         elif "backward_matmuls" in s and report.get("device") != "cuda":
             out[name] = "not counted: on the CPU a matmul\nSAC serves from its cache looks computed"
         elif "backward_matmuls" in s:

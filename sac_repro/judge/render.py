@@ -6,7 +6,8 @@ import re
 import shlex
 
 from .changes import REVERTED
-from .verdict import abridge, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, not_compiled, WORKAROUND
+from .verdict import (abridge, CASE, classify, DYNAMO_HINT, EAGER_SAC, eager_label, LOOP_CALLS, LOOPS, not_compiled,
+                      RAN_THEN_RAISED, WORKAROUND)
 
 PROGRESS = "sac-repro: "  # the child's progress lines; the parent passes these on as they come
 BUNDLE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -118,6 +119,19 @@ def dynamo_lines(report):
     return ["dynamo (%s): skipping: %s (reason: %s)" % (where, frame, reason) for (frame, reason), where in first.items()]
 
 
+# The table's words for calls that raised fullgraph's error (2.12+): after the eager ops they ran,
+# or where their profiles hold none of f's ops
+THEN_RAISED = ", then raised"
+NONE_SEEN = "none seen: Dynamo raised"
+
+
+def said_lines(report):
+    """What the measured process printed or warned besides the bundle (an in-process change of
+    torch, torch itself), as the child caught it (said.py), one line each, with where it came."""
+    return ["said (%s; %s from %s): %s" % (s["where"], s["kind"], shown_path(s["file"]) if s.get("file") else "?",
+                                           s["text"]) for s in report.get("said") or []]
+
+
 def scenario_rows(report):
     rows = []
     for name, s in report["scenarios"].items():
@@ -130,7 +144,9 @@ def scenario_rows(report):
         if s.get("error"):
             kernels = "error: " + s["error"][:60]
         elif s.get("refused") and eager == "-":
-            eager = "none: Dynamo raised"
+            eager = NONE_SEEN
+        elif s.get("refused"):
+            eager += THEN_RAISED
         fwd = "%.0f us" % s["forward_us"] if s.get("forward_us") else "-"
         rows.append((name, ran, eager, kernels, fwd))
     return rows
@@ -194,12 +210,23 @@ def headline(report):
             "--strict-policy: ", "", 1)
     if case["eager_calls"]:
         changed = report.get("torch_changes")
-        return "**This run reproduces pytorch/pytorch#161889%s**: the compiled f %s under SAC in %d of %d calls%s." % (
+        return "**This run reproduces pytorch/pytorch#161889%s**: the compiled f %s." % (
             " with %s on torch %s" % (changes_said(changed, paths=False), report["env"].get("torch")) if changed else "",
-            not_compiled(case), case["eager_calls"], len(case["calls"]),
-            " (Dynamo skipped it and, with fullgraph=True, raised)" if case.get("refused_calls") else "")
+            under_sac(case))
     return "**This run does not reproduce pytorch/pytorch#161889**, which is fixed from torch 2.10.0: the compiled " \
            "f ran compiled code under SAC in all %d calls." % len(case["calls"])
+
+
+def under_sac(case, why=True):
+    """'ran eagerly under SAC in 3 of 3 calls, then raised (...)': how the case's calls ran, and
+    with why, why they raised."""
+    how, _, after = not_compiled(case).partition(", ")
+    said = "%s under SAC in %d of %d calls%s" % (how, case["eager_calls"], len(case["calls"]), ", " + after if after else "")
+    if not case.get("refused_calls") or not why:
+        return said
+    if not_compiled(case) == "ran no compiled code":
+        return said + " (Dynamo skipped it and, with fullgraph=True, raised)"
+    return said + " (Dynamo skipped it, and with fullgraph=True torch.compile raised once f had run)"
 
 
 def actual(report):
@@ -227,18 +254,33 @@ def policy_section(report):
             "region-level policies upstream: pytorch/pytorch#175229; the bundle's `docs/policy.md`." %
             policy_actual(report), ""] + ["%s  " % l for l in policy_lines(policy)] + (
         ["", "Inductor's generated code for f (this run's output code) calls the matmul as `%s`: that is "
-         "the op SAC's mode meets at run time." % report["inductor_extern_mm"]] if report.get("inductor_extern_mm") else [])
+         "the op SAC's mode meets at run time." % report["inductor_extern_mm"]] if extern_mm_met(report) else [])
+
+
+def extern_mm_met(report):
+    """Inductor's extern matmul, where the case's policy was asked about it: under a change that
+    keeps the matmul in the policy's sight (the candidate fix), Inductor's output code still calls
+    it, but SAC's mode meets aten.mm.default instead."""
+    return bool(report.get("inductor_extern_mm")) and "aten.mm.out" in asked_ops(report, CASE)
 
 
 ABLATION_HEADER = ("backend", "Dynamo ran f under SAC", "the policy was asked about", "matmuls in one backward")
 
 
 def ablation_rows(report):
-    return [(r["backend"], "refused (fullgraph=True raised)" if r.get("refused") and not r.get("error")
-             else "error: " + abridge(r["error"], 60) if r.get("error") else "yes" if r.get("frame_compiled") else "no",
-             ", ".join(r.get("policy_saw") or ()) or "-",
+    return [(r["backend"], ablation_ran(r), ", ".join(r.get("policy_saw") or ()) or "-",
              "-" if r.get("backward_matmuls") is None else str(r["backward_matmuls"]))
             for r in report["ablation"]["rows"]]
+
+
+def ablation_ran(r):
+    """Whether Dynamo ran f compiled under SAC with this backend, and else what the call's profile
+    shows (`eager_ops`: f's eager ops it recorded)."""
+    if r.get("error"):
+        return "error: " + abridge(r["error"], 60)
+    if r.get("refused"):
+        return "no: %s (fullgraph=True)" % (RAN_THEN_RAISED if r.get("eager_ops") else "raised, f's ops not seen")
+    return "yes" if r.get("frame_compiled") else "no"
 
 
 def ablation_lines(report):
@@ -281,8 +323,9 @@ def render_text(report):
         out.append("%d other NVTX range%s ignored: not named as the report's loops name their calls"
                    % (n, " was" if n == 1 else "s were"))
     out += dynamo_lines(report)
+    out += said_lines(report)
     out += policy_lines(report["policy"])
-    if report.get("inductor_extern_mm") and policy_section(report):
+    if extern_mm_met(report) and policy_section(report):
         out.append("inductor's output code calls: " + report["inductor_extern_mm"])
     out += ablation_lines(report)
     if report.get("trace"):
@@ -383,12 +426,13 @@ def next_step(report):
 
 def error_logs(report):
     """Dynamo's own words, and the error a loop raised: the template's Error logs."""
-    logs = dynamo_lines(report) + (["the report's loops raised: " + report["errors"]["loops_error"]]
-                                   if report["errors"].get("loops_error") else [])
+    logs = dynamo_lines(report) + said_lines(report) + (["the report's loops raised: " + report["errors"]["loops_error"]]
+                                                         if report["errors"].get("loops_error") else [])
     if report["verdict"] == "cannot_test":
         logs.append(report["reason"])
     if not logs:
-        return ["None: nothing raised, and Dynamo logged no skip of f."]
+        return ["None: nothing raised, and Dynamo logged no skip of f%s." % (
+            "; apart from logs and the bundle's progress, nothing was printed or warned" if "said" in report else "")]
     return ["```"] + logs + ["```"]
 
 

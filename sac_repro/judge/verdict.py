@@ -146,26 +146,30 @@ def by_family(kernels):
 
 
 # ----------------------------------------------------------------------------- per scenario
-def summarize(calls, shows=None):
-    """A scenario's evidence from its calls: each a Counter of the names that ran in it. Calls
-    that raised fullgraph's "found no compiled frames" come as None: eager, made loud."""
-    kinds = ["eager" if c is None else judge_call(c) for c in calls]
+def summarize(calls, shows=None, refused=None):
+    """A scenario's evidence from its calls: each a Counter of the names that ran in it. `refused`
+    marks the calls that raised fullgraph's "found no compiled frames" (2.12+): each counts as
+    eager, the skip made loud, and what ran before it is still in its names."""
+    refused = list(refused or [False] * len(calls))
+    kinds = ["eager" if r else judge_call(c) for c, r in zip(calls, refused)]
     total = collections.Counter()
     for c in calls:
-        total.update(c or {})
+        total.update(c)
     kernels = sorted(n for n in total if classify(n).kernel)
     return {"shows": shows, "calls": kinds, "call_classes": [class_counts(c) for c in calls],
             "compiled_calls": kinds.count("compiled"), "eager_calls": kinds.count("eager"),
-            "refused_calls": sum(c is None for c in calls),
-            "mixed_calls": sum(c is not None and {"compiled", "eager"} <= {classify(n).cls for n in c} for c in calls),
+            "refused_calls": sum(refused), "calls_refused": refused,
+            "eager_then_raised_calls": sum(r and judge_call(c) == "eager" for c, r in zip(calls, refused)),
+            "mixed_calls": sum(not r and {"compiled", "eager"} <= {classify(n).cls for n in c}
+                               for c, r in zip(calls, refused)),
             "eager_pointwise": {n: total[n] for n in sorted(total) if classify(n).cls == "eager"},
             "kernels": kernels, "kernels_by_class": by_family(kernels)}
 
 
 def from_child(entry):
     """A scenario as the child measured it (measure.py) -> its summary."""
-    calls = [None if "refused" in c else collections.Counter(dict(c["names"])) for c in entry.get("calls", [])]
-    s = summarize(calls, entry.get("shows"))
+    calls = [collections.Counter(dict(c["names"])) for c in entry.get("calls", [])]
+    s = summarize(calls, entry.get("shows"), ["refused" in c for c in entry.get("calls", [])])
     if any("timeline" in c for c in entry.get("calls", [])):  # recorded for --plot only
         s["timelines"] = [c.get("timeline") for c in entry["calls"]]
     for key in ("forward_us", "error", "backward_matmuls", "backward_error"):
@@ -178,10 +182,21 @@ def from_child(entry):
     return s
 
 
+RAN_THEN_RAISED = "ran eagerly, then raised"
+
+
 def not_compiled(s):
-    """How the calls that ran no compiled code ran: eagerly, or (from 2.12, where Dynamo raises
-    when it skips a fullgraph=True function) not at all."""
-    return "ran no compiled code" if s.get("refused_calls") else "ran eagerly"
+    """How the calls that ran no compiled code ran, as their profiles show it: eagerly; or (from
+    2.12, where a fullgraph=True function that Dynamo skipped raises once it has run) eagerly, then
+    raised; or, where a raising call's profile holds none of f's ops, no compiled code."""
+    raised, ran_first = s.get("refused_calls", 0), s.get("eager_then_raised_calls", 0)
+    if not raised:
+        return "ran eagerly"
+    if ran_first < raised:
+        return "ran no compiled code"
+    if raised == s.get("eager_calls"):
+        return RAN_THEN_RAISED
+    return "ran eagerly, %d of them then raising" % raised
 
 
 # ----------------------------------------------------------------------------- the verdict
@@ -200,10 +215,14 @@ def decide(scenarios, policy, strict_policy):
     m = len(case["calls"])
     if case["eager_calls"]:
         what = "%d of %d calls under SAC %s" % (case["eager_calls"], m, not_compiled(case))
-        if case.get("refused"):
+        eager = "no compiled code, eager " + ", ".join(eager_label(k) for k in case["eager_pointwise"])
+        if case.get("refused") and not_compiled(case) == "ran no compiled code":
             how = "Dynamo skipped f_compiled and, with fullgraph=True, raised: " + case["refused"]
+        elif case.get("refused"):
+            how = "%s; Dynamo skipped f_compiled, and with fullgraph=True torch.compile raised once f had run: %s" % (
+                eager, case["refused"])
         else:
-            how = "no compiled code, eager " + ", ".join(eager_label(k) for k in case["eager_pointwise"])
+            how = eager
         return "reproduced", "%s (%s), while all %d calls of the control ran compiled code" % (what, how, n)
     if case["compiled_calls"] < m:
         return "cannot_test", ("%d of %d calls under SAC showed %s" % (
@@ -271,6 +290,8 @@ def report_from_child(raw, terms, strict_policy):
         if raw.get(key):
             report["errors"][key] = raw[key]
     report["dynamo_skips"] = raw.get("dynamo_skips", [])
+    if "said" in raw:  # recorded since issue 45: absent, nobody knows what was said
+        report["said"] = raw["said"]
     if raw["status"] != "ok":
         return settle(report, "cannot_test", raw["reason"], terms)
     for name, entry in raw["scenarios"].items():
@@ -278,22 +299,47 @@ def report_from_child(raw, terms, strict_policy):
     report["policy"] = judge_policy(report["scenarios"], report["device"])
     report["inductor_extern_mm"] = raw.get("inductor_extern_mm")
     if raw.get("ablation"):
-        report["ablation"] = {"rows": raw["ablation"], "reading": ablation_reading(raw["ablation"])}
+        control, case = report["scenarios"].get(CONTROL) or {}, report["scenarios"].get(CASE) or {}
+        compiled = bool(case.get("calls")) and case["compiled_calls"] == len(case["calls"])
+        report["ablation"] = {"rows": raw["ablation"], "reading": ablation_reading(
+            raw["ablation"], control_compiled=bool(control.get("calls")) and control["compiled_calls"] == len(control["calls"]),
+            case_saw=[op for op, _, _ in case.get("policy_saw") or ()] if compiled else None)}
     return settle(report, *decide(report["scenarios"], report["policy"], strict_policy), terms)
 
 
-def ablation_reading(rows):
-    """The one line the ablation reads to: whose module a finding is."""
+def ablation_reading(rows, control_compiled=True, case_saw=None):
+    """The one line the ablation reads to: whose module a finding is. Each claim needs its rows:
+    Dynamo's only where f compiles without SAC (the control) and no backend ran it compiled with
+    SAC; Inductor's only where the ablation's inductor row ran as the case itself did (case_saw:
+    the ops the case's policy was asked about, where the case ran compiled)."""
+    if not control_compiled:
+        return ("nothing to place: the control (f compiled under a plain checkpoint) did not run compiled code "
+                "either, so no backend's row tells what SAC changes")
+    errors = [r["backend"] for r in rows if r.get("error")]
+    if errors:
+        return "no reading: the case raised an error under %s (the table says which)" % ", ".join(errors)
     ran = {r["backend"]: set(r.get("policy_saw") or ()) for r in rows if r.get("frame_compiled")}
     if not ran:
         return "Dynamo: it skipped f under SAC whatever the backend (#161889 is Dynamo's)"
     inductor = ran.get("inductor")
+    if inductor is not None and case_saw is not None and inductor != set(case_saw):
+        return ("no reading: the ablation's `inductor` row (the case's own arrangement) had the policy asked about "
+                "%s, the case above about %s: the ablation did not run as the case did" % (
+                    ops_list(inductor), ops_list(case_saw)))
     others = [ops for name, ops in ran.items() if not name.startswith("inductor")]
     if inductor is not None and "aten.mm.out" in inductor and "aten.mm.default" not in inductor \
             and others and all("aten.mm.default" in ops for ops in others):
         return ("Inductor: only with inductor does the policy see `aten.mm.out` instead of `aten.mm.default` "
                 "(the second finding is Inductor's)")
+    plain = [ops for name, ops in ran.items() if not name.startswith("inductor +")]
+    if len(plain) == len([r for r in rows if not r["backend"].startswith("inductor +")]) and \
+            all("aten.mm.default" in ops for ops in plain):
+        return "no finding to place: under every backend the policy was asked about `aten.mm.default`"
     return "no single backend: Dynamo ran f under SAC with %s" % ", ".join(sorted(ran))
+
+
+def ops_list(ops):
+    return ", ".join("`%s`" % op for op in sorted(ops)) or "nothing"
 
 
 # The report's ranges, exactly as its loops name them, with nsys's optional "DOMAIN:" prefix.

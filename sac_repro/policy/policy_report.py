@@ -5,9 +5,9 @@ evidence (and the bench's cost, when its JSON is given).
 import os
 
 from ..judge.changes import REVERTED
-from ..judge.render import (asked_ops, changes_said, command_line, markdown_table, policy_actual, torch_line,
-                     versions_details)
-from ..judge.verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, not_compiled, WORKAROUND, WRAPPED
+from ..judge.render import (asked_ops, changes_said, command_line, markdown_table, policy_actual, said_lines, torch_line,
+                            under_sac, versions_details)
+from ..judge.verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, WORKAROUND, WRAPPED
 
 POLICY_SNIPPET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_snippet.py")
 POLICY_ROWS = ((CASE, "`sac(compile(f))`, the report's pattern"),
@@ -31,10 +31,12 @@ def render_policy_markdown(report, command, collect_env, bench=None):
     if report["verdict"] == "cannot_test" or case.get("eager_calls") or not case.get("calls"):
         reverted = [c for c in report.get("torch_changes") or [] if c["label"] == REVERTED]
         if report["verdict"] != "cannot_test" and case.get("eager_calls"):
-            why = "the compiled f %s under SAC in %d of %d calls: that is pytorch/pytorch#161889 itself%s%s" % (
-                not_compiled(case), case["eager_calls"], len(case.get("calls", [])),
+            # measured: the ops the policy was asked about in the case's calls (those that raised too)
+            saw_f = "aten.mm.default" in asked_ops(report, CASE)
+            why = "the compiled f %s: that is pytorch/pytorch#161889 itself%s%s" % (
+                under_sac(case, why=False),
                 ", brought back here by %s" % changes_said(reverted) if reverted else ", fixed in 2.10",
-                "" if case.get("refused_calls") else ". SAC then sees f's own ops, and the policy applies to them")
+                ". SAC then sees f's own ops, and the policy applies to them" if saw_f else "")
             advice = "Run it without the in-process revert" if reverted else "Run it on torch 2.10 or later"
         else:
             why, advice = "this build could not be tested: " + report["reason"], "Run it where this build can be tested"
@@ -130,8 +132,7 @@ def supported_and_open(report, bench):
     else:
         out.append("- `wrap_inductor_compiled_regions` (2.10 and later) is not in this torch: not measured.")
     out += ["", "**What stays open:** a policy written for the model's ops, under `sac(compile(f))`, was asked "
-            "about %s, and %s. Nothing says so: SAC answers every op it is asked about, and does not check "
-            "that the ops a policy saves ever appear." % (ops(CASE), backward_said(report, CASE)), "",
+            "about %s, and %s. %s" % (ops(CASE), backward_said(report, CASE), silence(report)), "",
             "**What a fix could be**, two directions for the reader to weigh:", "",
             "- *Map the op*: ask the policy about the op the model wrote (`aten.mm.default`) where Inductor's "
             "code calls an extern kernel for it (`aten.mm.out`). Per-op policies would keep working for "
@@ -142,6 +143,18 @@ def supported_and_open(report, bench):
             "code, and point to `compile(sac(f))` or `wrap_inductor_compiled_regions`. Cheap and changes no "
             "result, but the recompute stays."]
     return out
+
+
+def silence(report):
+    """Whether anything said so: from what the run's process printed and warned (the child's
+    record, said.py), quoted where it said anything."""
+    unchecked = "SAC answers every op it is asked about, and does not check that the ops a policy saves ever appear."
+    if "said" not in report:  # a run that did not record it
+        return unchecked
+    if not report["said"]:
+        return "Nothing said so in this run: no warning was shown and no line printed. " + unchecked
+    return "What this run's process printed or warned, besides the bundle: %s." % "; ".join(
+        "`%s`" % line.replace("`", "'") for line in said_lines(report))
 
 
 def bench_setup(bench):
