@@ -388,6 +388,34 @@ def test_the_releases_listed_are_those_with_a_wheel_for_this_python_here(tmp_pat
     assert indexes.release_versions(str(tmp_path)) == ["2.8.0", "2.10.0"]
 
 
+# What a folder given as --index may hold besides torch's wheels: none of it is a torch wheel.
+NOT_TORCH_WHEELS = {
+    "another package's wheel": "sacstubdep-1.0-py3-none-any.whl",
+    "a package named torch-something": "torchvision-0.21.0+cpu-%s-%s-linux_x86_64.whl" % (PYTAG, PYTAG),
+    "a download under way": "torch-2.12.0+cpu-%s-%s-linux_x86_64.whl.part" % (PYTAG, PYTAG),
+    "a wheel's checksum": "torch-2.12.0+cpu-%s-%s-linux_x86_64.whl.sha256" % (PYTAG, PYTAG),
+    "torch's sources": "torch-2.12.0.tar.gz",
+    "a folder named as a wheel": "torch-2.12.0+cpu-%s-%s-linux_x86_64.whl/" % (PYTAG, PYTAG),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_TORCH_WHEELS))
+def test_a_folder_index_lists_its_torch_wheel_files_and_nothing_else(tmp_path, kind):
+    """Beside a torch wheel, something that is not one is not listed, nor its release; and alone in
+    the folder, the folder holds no torch: a usage error, never a skip on every step."""
+    name = NOT_TORCH_WHEELS[kind]
+    for folder in ("both", "alone"):
+        if name.endswith("/"):
+            (tmp_path / folder / name).mkdir(parents=True)
+        else:
+            wheel_file(str(tmp_path / folder), name)
+    torch = wheel_file(str(tmp_path / "both"), "torch-2.9.1+cpu-%s-%s-linux_x86_64.whl" % (PYTAG, PYTAG))
+    assert indexes.torch_wheel_files(str(tmp_path / "both")) == {torch: str(tmp_path / "both" / torch)}
+    assert indexes.release_versions(str(tmp_path / "both")) == ["2.9.1"]
+    with pytest.raises(exits.UsageError, match="no torch wheels in this folder"):
+        indexes.torch_wheel_files(str(tmp_path / "alone"))
+
+
 def test_a_wheel_whose_download_fails_is_a_skip(tmp_path):
     """An index that gives no hashes has its wheel downloaded to be hashed: a download it refuses
     (503) skips this build, as a failed install does, and leaves no file behind."""

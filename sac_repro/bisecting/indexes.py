@@ -113,8 +113,9 @@ def torch_wheel_files(index):
                     raise UsageError("--index %s: %s is a wheel name percent-encoded (as a browser or wget "
                                      "saves it), which uv and pip do not read as a wheel: rename it %s" % (
                                          index, f, urllib.parse.unquote(f)))
-                if f.startswith("torch-") and f.endswith(".whl"):
-                    found.setdefault(f, os.path.join(folder, f))
+                path = os.path.join(folder, f)
+                if f.startswith("torch-") and f.endswith(".whl") and os.path.isfile(path):  # a folder so named is none
+                    found.setdefault(f, path)
         if not found:
             raise UsageError("--index %s: no torch wheels in this folder (nor in its package folders)" % index)
         return found
