@@ -30,9 +30,10 @@ REVERTED = "the 2.10 fix reverted in-process"
 
 
 def torch_changes(torch):
-    """[{"label", "file", "pythonpath", "env"}] for each in-process change found, [] for none.
-    `pythonpath` is the folder to put on PYTHONPATH to load the same change again (a
-    sitecustomize.py's), `env` the variables that chose its mode, as the change declares them."""
+    """[{"label", "file", "pythonpath", "reloaded_by", "env"}] for each in-process change found, []
+    for none. `reloaded_by` says what loads the same change again in a fresh process of this
+    interpreter (reloader), `pythonpath` is the folder of PYTHONPATH that does, `env` the variables
+    that chose its mode, as the change declares them."""
     by_file = {}
     for module_name, path in WATCHED:
         module = sys.modules.get(module_name)
@@ -46,11 +47,12 @@ def torch_changes(torch):
         label = getattr(declared, "CHANGE_LABEL", None)
         if reverted and any(p.endswith("ignore_compile_internals") for p in paths):
             label, reverted = REVERTED, False
-        out.append({"label": label or "torch changed in-process by %s (%s)" % (code_file, ", ".join(paths)),
-                    "file": code_file, "pythonpath": loader_folder(code_file),
+        by, folder = reloader(code_file, declared)
+        out.append({"label": label or "torch changed in-process by %s (%s)" % (home_path(code_file), ", ".join(paths)),
+                    "file": code_file, "pythonpath": folder if by == BY_PYTHONPATH else None, "reloaded_by": by,
                     "env": {k: os.environ[k] for k in getattr(declared, "RERUN_ENV", ()) if k in os.environ}})
     if reverted:  # reverted by code this run cannot place (a C extension, an edited torch)
-        out.append({"label": REVERTED, "file": None, "pythonpath": None, "env": {}})
+        out.append({"label": REVERTED, "file": None, "pythonpath": None, "reloaded_by": None, "env": {}})
     return out
 
 
@@ -96,6 +98,57 @@ def changer(code_file):
     return None
 
 
-def loader_folder(code_file):
-    """A sitecustomize.py is loaded from PYTHONPATH: its folder is what reloads the change."""
-    return os.path.dirname(code_file) if os.path.basename(code_file) == "sitecustomize.py" else None
+BY_PYTHONPATH, BY_INTERPRETER = "PYTHONPATH", "the interpreter"
+BUNDLE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+
+
+def reloader(code_file, module):
+    """What loads the change again in a fresh process of this interpreter, and from which folder.
+    Whatever made it ran before the measurement (at start-up: a sitecustomize.py, usercustomize.py
+    or .pth; or on `import torch`), so it runs again where its module is found again:
+    (BY_PYTHONPATH, folder) where that is a folder of PYTHONPATH, which the rerun command carries;
+    (BY_INTERPRETER, folder) where it is a folder the interpreter is on without PYTHONPATH
+    (site-packages, the user's site, a .pth's), found again with no variable at all; (None, None)
+    where this run cannot tell (found on neither: a file loaded by its path from elsewhere)."""
+    folder = import_folder(code_file, module)
+    on_pythonpath = {os.path.realpath(p) for p in pythonpath()}
+    if folder in on_pythonpath:
+        return BY_PYTHONPATH, folder
+    # the rest of sys.path but the bundle's own folders (its entry point's, the script's)
+    if folder in {os.path.realpath(p) for p in sys.path if p} - on_pythonpath and folder != BUNDLE \
+            and not inside(folder, BUNDLE):
+        return BY_INTERPRETER, folder
+    return None, None
+
+
+def pythonpath():
+    """PYTHONPATH's folders, as this process found them (relative to the folder it started in)."""
+    return [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def import_folder(code_file, module):
+    """The folder of sys.path from which module (code_file's) was imported: its file's folder, up
+    one level per dot of its name where its name is its path there; else the file's own folder
+    (loaded by its path under another name)."""
+    name = getattr(module, "__name__", None) or ""
+    parts = name.split(".") + (["__init__"] if os.path.basename(code_file) == "__init__.py" else [])
+    folder = code_file
+    for _ in parts:
+        folder = os.path.dirname(folder)
+    if name and os.path.join(folder, *parts) + ".py" == code_file:
+        return folder
+    return os.path.dirname(code_file)
+
+
+def home_folder():
+    """The home folder that a paste writes as ~, or "" where there is none to hide (unset, or /)."""
+    home = os.path.expanduser("~").rstrip(os.sep)
+    return "" if home in ("", "~") else home
+
+
+def home_path(path):
+    """path with the home folder written as ~ (a paste names no one's home)."""
+    home = home_folder()
+    if home and (path == home or path.startswith(home + os.sep)):
+        return "~" + path[len(home):]
+    return path

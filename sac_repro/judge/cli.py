@@ -249,6 +249,7 @@ def run(script_path, argv):
         if args.loops_only:
             return loops_only_exit(raw, args.env_file, argv)
         report = report_from_child(raw, args.terms, args.strict_policy)
+        report["python_executable"] = sys.executable  # the torch's: what a failed import is named by
         if args.trace:
             report["trace"] = write_trace(args.trace_dir, args.trace)
     # What reruns it: a judge of a capture file alone reruns on the file, whatever its environment.
