@@ -268,10 +268,15 @@ def _region_template(f, /, *args, **kwargs):  # f positional-only: f's own may b
     )
 
 
+_REGION_FILE = "<torch.utils.checkpoint: compile(sac(f))>"
+
+
 def _new_region(context_fn):
     """compile(sac(f)) for one context_fn, f given on each call, as a function with a
     code object and globals of its own: Dynamo keeps its graphs apart from any other
-    context_fn's, and installs them in these globals, not in this module's."""
+    context_fn's, and installs them in these globals, not in this module's. Its code is
+    the user's compile(sac(f)), and is named apart from torch's files, which Dynamo skips
+    (a skipped file's function is wrapped and inlined, under one code for all)."""
     ref = weakref.ref(context_fn)
 
     def sac_context_fn():
@@ -282,9 +287,10 @@ def _new_region(context_fn):
             raise RuntimeError("the context_fn of this compiled region is gone")
         return held()
 
+    sac_context_fn.__code__ = sac_context_fn.__code__.replace(co_filename=_REGION_FILE)
     scope = {"torch": torch, "__builtins__": __builtins__, "__name__": __name__}
     scope["sac_context_fn"] = sac_context_fn
-    code = _region_template.__code__.replace()
+    code = _region_template.__code__.replace(co_filename=_REGION_FILE)
     return types.FunctionType(code, scope, "sac_region")
 
 
