@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from conftest import data, judge, recorded, REVERTED_CSV, SCRIPT
+from conftest import data, judge, recorded, REVERTED_CSV, ROOT, SCRIPT
 from sac_repro.judge import cli, render, verdict
 
 from sac_repro.policy import policy_report
@@ -193,3 +193,68 @@ def test_a_raised_call_with_no_record_of_f_says_what_was_seen():
     report, md = markdown(recorded(REVERTED))  # recorded before issue 45: no events of the raising calls
     row = next(l for l in md.splitlines() if l.startswith("| with_context |"))
     assert "| none seen: Dynamo raised |" in row and "nothing ran" not in md
+
+
+def test_the_ablation_table_says_what_each_backends_call_did():
+    report = verdict.report_from_child(copy.deepcopy(recorded(FIXED)), "regression", False)
+    report["ablation"] = {"reading": "x", "rows": [
+        {"backend": "eager", "frame_compiled": False, "refused": True, "eager_ops": ["aten::add", "aten::mul"]},
+        {"backend": "aot_eager", "frame_compiled": False, "refused": True, "eager_ops": []},
+        {"backend": "inductor", "frame_compiled": False, "error": "BackendCompilerFailed: boom"},
+        {"backend": "inductor + x", "frame_compiled": True, "policy_saw": ["aten.mm.out"], "backward_matmuls": 3}]}
+    assert [r[1] for r in render.ablation_rows(report)] == [
+        "no: ran eagerly, then raised (fullgraph=True)", "no: raised, f's ops not seen (fullgraph=True)",
+        "error: BackendCompilerFailed: boom", "yes"]
+
+
+def test_inductors_extern_matmul_is_named_only_where_the_policy_met_it():
+    """Under the candidate fix the case's policy saw aten.mm.default, while Inductor's output code
+    (of another compile of f) still calls extern_kernels.mm: 'the op SAC's mode meets' was false."""
+    raw = copy.deepcopy(recorded(FIXED))
+    raw["inductor_extern_mm"] = "extern_kernels.mm(buf0, buf1, out=buf2)"
+    report, md = markdown(raw)
+    assert "that is the op SAC's mode meets at run time" in md
+    assert "inductor's output code calls: extern_kernels.mm(" in render.render_text(report)
+    raw["scenarios"][verdict.CASE]["policy_saw"] = [["aten.mm.default", "MUST_SAVE", 2]]
+    report, md = markdown(raw)
+    assert "extern_kernels" not in md and "extern_kernels" not in render.render_text(report)
+
+
+# ------------------------------------------- what the run's process said (issue 45, said.py)
+WARNED = {"where": "the report's loops", "kind": "warning",
+          "file": ROOT + "/sac_repro/policy/fix_candidate/sac_fix_regions.py",
+          "text": "UserWarning: torch.utils.checkpoint: a selective activation checkpointing policy was asked "
+                  "about aten.mm.out, the out= call that Inductor's compiled code makes"}
+
+
+def said(raw, what):
+    raw = copy.deepcopy(raw)
+    if what is not None:
+        raw["said"] = what
+    return raw
+
+
+def test_the_policy_report_says_nothing_said_so_only_when_nothing_was_said():
+    """Issue 45: in the candidate's warn mode the run warned, and --policy-report said 'Nothing says so'."""
+    _, md = markdown(said(recorded(FIXED), [WARNED]), policy=True)
+    stays = next(l for l in md.splitlines() if l.startswith("**What stays open:**"))
+    assert "Nothing said" not in stays and "Nothing says so" not in stays and "does not check" not in stays
+    assert ("What this run's process printed or warned, besides the bundle: `said (the report's loops; warning from "
+            "sac_repro/policy/fix_candidate/sac_fix_regions.py): UserWarning: torch.utils.checkpoint: a selective") in stays
+    _, md = markdown(said(recorded(FIXED), []), policy=True)
+    assert "Nothing said so in this run: no warning was shown and no line printed. SAC answers every op" in md
+    _, md = markdown(said(recorded(FIXED), None), policy=True)  # recorded before anything was caught
+    assert "Nothing said" not in md and "Nothing says so" not in md and "SAC answers every op" in md
+
+
+def test_what_the_run_said_is_in_the_text_and_the_pastes_error_logs():
+    report, md = markdown(said(recorded(FIXED), [WARNED]))
+    line = "said (the report's loops; warning from sac_repro/policy/fix_candidate/sac_fix_regions.py): " + WARNED["text"]
+    assert line in render.render_text(report).splitlines()
+    logs = md.split("### Error logs")[1].split("### Versions")[0]
+    assert line in logs.splitlines() and "None:" not in logs
+    _, md = markdown(said(recorded(FIXED), []))
+    assert "None: nothing raised, and Dynamo logged no skip of f; apart from logs and the bundle's progress, nothing " \
+           "was printed or warned." in md
+    _, md = markdown(said(recorded(FIXED), None))
+    assert "None: nothing raised, and Dynamo logged no skip of f.\n" in md  # not recorded: no claim

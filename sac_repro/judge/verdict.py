@@ -300,10 +300,9 @@ def report_from_child(raw, terms, strict_policy):
     report["inductor_extern_mm"] = raw.get("inductor_extern_mm")
     if raw.get("ablation"):
         control, case = report["scenarios"].get(CONTROL) or {}, report["scenarios"].get(CASE) or {}
-        compiled = bool(case.get("calls")) and case["compiled_calls"] == len(case["calls"])
         report["ablation"] = {"rows": raw["ablation"], "reading": ablation_reading(
             raw["ablation"], control_compiled=bool(control.get("calls")) and control["compiled_calls"] == len(control["calls"]),
-            case_saw=[op for op, _, _ in case.get("policy_saw") or ()] if compiled else None)}
+            case_saw=[op for op, _, _ in case.get("policy_saw") or ()] if case.get("calls") else None)}
     return settle(report, *decide(report["scenarios"], report["policy"], strict_policy), terms)
 
 
@@ -311,7 +310,7 @@ def ablation_reading(rows, control_compiled=True, case_saw=None):
     """The one line the ablation reads to: whose module a finding is. Each claim needs its rows:
     Dynamo's only where f compiles without SAC (the control) and no backend ran it compiled with
     SAC; Inductor's only where the ablation's inductor row ran as the case itself did (case_saw:
-    the ops the case's policy was asked about, where the case ran compiled)."""
+    the ops the case's policy was asked about, where it was measured)."""
     if not control_compiled:
         return ("nothing to place: the control (f compiled under a plain checkpoint) did not run compiled code "
                 "either, so no backend's row tells what SAC changes")
