@@ -3,7 +3,10 @@ the PYTHONPATH it is given: each case's matmuls computed in one backward (torch.
 per step where it has steps, and the warnings it raised. tests/test_fix_candidate.py compares them
 with eager SAC's, and with today's (no candidate) where the candidate declined and said so.
 
-    python tests/fix_cases.py OUT.json [--reported-only] [CASE ...]
+    python tests/fix_cases.py OUT.json [--reported-only] [--switch] [CASE ...]
+
+--switch turns on torch.utils.checkpoint._sac_policy_applies_to_compiled_fn, on a torch patched
+with sac_repro/upstream's series (a torch without it: exit 1, nothing measured).
 
 Every case is run three ways, by `how`: "eager SAC" (f itself under SAC), "sac(compile(f))" (the
 report's pattern) and "compile(sac(f))" (the reference where it compiles).
@@ -698,7 +701,8 @@ CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.start
 
 
 def main(path, names, hows=HOWS):
-    result = {"torch": torch.__version__, "label": getattr(sys.modules.get("sitecustomize"), "CHANGE_LABEL", None)}
+    result = {"torch": torch.__version__, "label": getattr(sys.modules.get("sitecustomize"), "CHANGE_LABEL", None),
+              "switch": getattr(torch.utils.checkpoint, "_sac_policy_applies_to_compiled_fn", None)}
     for name in names or CASES:
         result[name] = {}
         for how in hows:
@@ -721,5 +725,9 @@ def main(path, names, hows=HOWS):
 
 if __name__ == "__main__":
     reported_only = "--reported-only" in sys.argv[2:]  # the candidate changes only this way
-    main(sys.argv[1], [a for a in sys.argv[2:] if a != "--reported-only"],
+    if "--switch" in sys.argv[2:]:  # a torch patched with sac_repro/upstream's series: its switch on
+        if not hasattr(torch.utils.checkpoint, "_sac_policy_applies_to_compiled_fn"):
+            sys.exit("fix_cases.py: --switch, but torch %s has no _sac_policy_applies_to_compiled_fn" % torch.__file__)
+        torch.utils.checkpoint._sac_policy_applies_to_compiled_fn = True
+    main(sys.argv[1], [a for a in sys.argv[2:] if a not in ("--reported-only", "--switch")],
          ("sac(compile(f))",) if reported_only else HOWS)

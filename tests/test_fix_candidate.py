@@ -258,7 +258,7 @@ def assert_right_or_declined(fixed, today):
     that agrees), or today's with the decline said. Never a third number, never a crash where
     today runs, never a frame that compiled today made eager, no policy kept past its step."""
     for case, hows in fixed.items():
-        if case in ("torch", "label"):
+        if case in ("torch", "label", "switch"):
             continue
         eager = hows["eager SAC"]["got"] if "eager SAC" in hows else EAGER_SAC_ON_2_13[case]
         got, said = hows["sac(compile(f))"]["got"], hows["sac(compile(f))"]["said"]
@@ -408,7 +408,7 @@ def test_today_and_the_warning_on_the_hard_cases(tmp_path):
     assert_the_finds(fixed)
     warn = hard_cases(sys.executable, tmp_path, "warn")
     for case, hows in warn.items():
-        if case in ("torch", "label"):
+        if case in ("torch", "label", "switch"):
             continue
         for how, row in hows.items():
             assert row["got"] == today[case][how]["got"], (case, how)  # warn mode changes no number

@@ -1,7 +1,16 @@
-"""sac_repro/upstream/warn_policy_sees_compiled_calls.patch, the warning as PyTorch could take it:
-it applies with `patch -p1` to a copy of this environment's torch (2.13) and of PyTorch's
-test/dynamo/test_activation_checkpointing.py (tests/data/pytorch-0069a418), and its tests pass on
-the patched torch, where the unpatched one fails the one that asks for the warning."""
+"""sac_repro/upstream's patch series of PyTorch's own files (0001 the warning, 0002 the rewrite behind
+torch.utils.checkpoint._sac_policy_applies_to_compiled_fn), as PyTorch could take it:
+
+- fast: make_series.py writes the same patches again from the candidate's code (one
+  implementation), and the series applies with `patch -p1`, each patch on the one before, without
+  offset or fuzz, to this environment's torch (2.13) files and to PyTorch's test file at 0069a418
+  (tests/data/pytorch-0069a418), the module it adds being the candidate's file byte for byte;
+- release: on a patched copy of the whole torch, PyTorch's SAC tests in that file have the outcomes
+  they have unpatched (the op-policy test of the regression block passing where it was an expected
+  failure), the series' tests pass, and fail where they should on the unpatched torch; and the hard
+  cases (tests/fix_cases.py) give with the switch on what the in-process candidate gives, and with
+  it off what the unpatched torch gives."""
+import json
 import os
 import shutil
 import subprocess
@@ -12,87 +21,160 @@ import pytest
 
 from conftest import ROOT
 
-PATCH = os.path.join(ROOT, "sac_repro", "upstream", "warn_policy_sees_compiled_calls.patch")
-PYTORCH_TEST = os.path.join(ROOT, "tests", "data", "pytorch-0069a418", "test_activation_checkpointing.py")
+UPSTREAM = os.path.join(ROOT, "sac_repro", "upstream")
+CANDIDATE = os.path.join(ROOT, "sac_repro", "policy", "fix_candidate")
+sys.path.insert(0, UPSTREAM)
+import make_series  # noqa: E402
+
+PATCHES = [os.path.join(UPSTREAM, name) for name in make_series.PATCHES]
+PYTORCH_TEST = make_series.PYTORCH_TEST
 # As read at that commit the file uses requires_cuda_and_triton without importing it (its README)
 ITS_IMPORT = "from torch.testing._internal.triton_utils import requires_gpu_and_triton\n"
-TESTS = "SelectiveCheckpointCompiledRegionWarningTests"
+NEW_CLASSES = ("SelectiveCheckpointCompiledRegionWarningTests", "SelectiveCheckpointOfCompiledFnTestsCPU",
+               "SelectiveCheckpointOfCompiledFnSwitchTests")
+OP_POLICY = "SelectiveCheckpointOfCompiledFnTestsCPU.test_sac_op_policy_applies_inside_compiled_fn_cpu"
 
 pytestmark = pytest.mark.skipif(shutil.which("patch") is None, reason="no patch(1) on this machine")
 
 
-def torch_folder():
-    out = subprocess.run([sys.executable, "-c", "import os, torch; print(os.path.dirname(torch.__file__))"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout.strip()
-
-
-def tree(tmp_path, whole_torch):
-    """A folder holding torch/ (the three patched files only, or the whole package, hard-linked
-    where it can be: patch(1) writes a new file, so the installed one is never touched) and
+def tree(tmp_path, whole_torch, name="pytorch"):
+    """A folder holding torch/ (the patched files only, or the whole package, hard-linked where it
+    can be: patch(1) writes a new file, so the installed one is never touched) and
     test/dynamo/test_activation_checkpointing.py."""
-    root = tmp_path / "pytorch"
+    root = tmp_path / name
     (root / "test" / "dynamo").mkdir(parents=True)
     shutil.copy(PYTORCH_TEST, root / "test" / "dynamo")
-    src = torch_folder()
+    src = make_series.torch_dir()
     if whole_torch:
         if subprocess.run(["cp", "-al", src, str(root / "torch")], capture_output=True).returncode != 0:
             shutil.rmtree(root / "torch", ignore_errors=True)
             shutil.copytree(src, root / "torch", symlinks=True)
     else:
-        for rel in ("utils/checkpoint.py", "_inductor/output_code.py"):
-            os.makedirs(root / "torch" / os.path.dirname(rel), exist_ok=True)
-            shutil.copy(os.path.join(src, rel), root / "torch" / rel)
+        for rel in (make_series.CHECKPOINT, make_series.OUTPUT_CODE, make_series.EVAL_FRAME):
+            os.makedirs(root / os.path.dirname(rel), exist_ok=True)
+            shutil.copy(os.path.join(src, rel[len("torch/"):]), root / rel)
     return root
 
 
-def apply(root, *extra):
-    return subprocess.run(["patch", "-p1", "--forward", "--batch", *extra, "-i", PATCH], cwd=str(root),
+def apply(root, patch, *extra):
+    return subprocess.run(["patch", "-p1", "--forward", "--batch", *extra, "-i", patch], cwd=str(root),
                           capture_output=True, text=True, timeout=120)
 
 
-def test_the_patch_applies_cleanly_to_this_torchs_files(tmp_path):
+def apply_series(root, patches=PATCHES):
+    """Each patch dry-run, then applied, on the one before it: cleanly, or the test fails."""
+    for patch in patches:
+        for extra in (["--dry-run"], []):
+            proc = apply(root, patch, *extra)
+            assert proc.returncode == 0 and not any(word in proc.stdout for word in ("FAILED", "offset", "fuzz")), \
+                (os.path.basename(patch), extra, proc.stdout + proc.stderr)
+
+
+def test_the_series_is_written_from_the_candidates_code():
+    """make_series.py --check: each patch on disk is what the candidate's module, its hook and the
+    tests make today; an edit to either side alone fails here."""
+    assert make_series.main(["--check"]) == 0
+
+
+def test_the_series_applies_cleanly_and_adds_the_candidates_module(tmp_path):
     root = tree(tmp_path, whole_torch=False)
-    proc = apply(root, "--dry-run")
-    assert proc.returncode == 0 and "FAILED" not in proc.stdout and "offset" not in proc.stdout \
-        and "fuzz" not in proc.stdout, proc.stdout + proc.stderr
+    apply_series(root)
+    added = (root / make_series.MODULE).read_bytes()
+    assert added == open(os.path.join(CANDIDATE, "_sac_compiled_fn.py"), "rb").read()
+    checkpoint = (root / make_series.CHECKPOINT).read_text()
+    assert make_series.candidate_hook() in checkpoint and "%s: bool = False\n" % make_series.SWITCH in checkpoint
 
 
-def run_warning_tests(root, torch_on_path):
-    test = root / "test" / "dynamo" / "test_activation_checkpointing.py"
-    text = test.read_text(encoding="utf-8")
-    test.write_text(text.replace(ITS_IMPORT, ITS_IMPORT.replace("import ", "import requires_cuda_and_triton, ", 1)),
-                    encoding="utf-8")
+# ------------------------------------------------------------------------- on a patched copy of torch
+def clean_env(root, torch_on_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
-    env.update(CUDA_VISIBLE_DEVICES="", TORCHINDUCTOR_CACHE_DIR=str(root / "inductor"))
+    env.update(CUDA_VISIBLE_DEVICES="", TORCHINDUCTOR_CACHE_DIR=str(root / ("inductor-%s" % torch_on_path)))
     if torch_on_path:
         env["PYTHONPATH"] = str(root)
     where = subprocess.run([sys.executable, "-c", "import torch; print(torch.__file__)"], capture_output=True,
-                           text=True, env=env, cwd=str(root / "test"), timeout=300)
+                           text=True, env=env, cwd=str(root), timeout=300)
     assert where.stdout.startswith(str(root) + os.sep) == torch_on_path, where.stdout  # the torch meant
-    xml = root / ("out-%s.xml" % torch_on_path)
+    return env
+
+
+def pytorch_tests(root, torch_on_path, label):
+    """PyTorch's test file as it lies in root, run whole: {class.test: outcome}."""
+    test = root / "test" / "dynamo" / "test_activation_checkpointing.py"
+    text = test.read_text(encoding="utf-8")
+    if ITS_IMPORT in text:
+        test.write_text(text.replace(ITS_IMPORT, ITS_IMPORT.replace("import ", "import requires_cuda_and_triton, ", 1)),
+                        encoding="utf-8")
+    env = clean_env(root, torch_on_path)
+    xml = root / ("out-%s.xml" % label)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q", "--junitxml",
-                           str(xml), "-k", TESTS, str(test)], capture_output=True, text=True, env=env,
-                          cwd=str(root / "test"), timeout=1200)
+                           str(xml), str(test)], capture_output=True, text=True, env=env, cwd=str(root / "test"),
+                          timeout=2400)
     assert xml.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     outcomes = {}
     for case in ET.parse(str(xml)).iter("testcase"):
         kinds = [c.tag for c in case if c.tag in ("failure", "error", "skipped")]
-        outcomes[case.get("name")] = kinds[0] if kinds else "passed"
-    return outcomes, proc.stdout
+        outcomes[case.get("classname").rsplit(".", 1)[-1] + "." + case.get("name")] = kinds[0] if kinds else "passed"
+    return outcomes
 
 
-@pytest.mark.release  # a copy of torch, and PyTorch's test file imported twice: about two minutes
-def test_the_patchs_tests_pass_on_the_patched_torch_and_ask_for_what_it_adds(tmp_path):
+@pytest.mark.release  # a copy of torch, and PyTorch's test file run whole three times: several minutes
+def test_on_the_patched_torch_pytorchs_sac_tests_keep_their_outcomes_and_the_series_tests_pass(tmp_path):
     root = tree(tmp_path, whole_torch=True)
-    proc = apply(root)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    patched, out = run_warning_tests(root, torch_on_path=True)
-    assert patched == {"test_sac_of_inductor_compiled_fn_warns_once": "passed",
-                       "test_no_warning_where_the_policy_is_honoured": "passed",
-                       "test_no_warning_for_a_fallback_op_that_sac_caches": "passed",
-                       "test_no_warning_with_wrap_inductor_compiled_regions": "passed"}, out[-3000:]
-    # the same tests on the torch as installed: the one that asks for the warning fails
-    unpatched, _ = run_warning_tests(root, torch_on_path=False)
-    assert unpatched["test_sac_of_inductor_compiled_fn_warns_once"] == "failure", unpatched
+    # unpatched: the pinned file with the regression block, as patch 0001's test hunks give it
+    before = tree(tmp_path, whole_torch=False, name="before")
+    apply_series(before, PATCHES[:1])
+    shutil.copy(before / "test" / "dynamo" / "test_activation_checkpointing.py", root / "test" / "dynamo")
+    unpatched = pytorch_tests(root, False, "unpatched")
+    shutil.copy(PYTORCH_TEST, root / "test" / "dynamo")
+    apply_series(root)
+    patched = pytorch_tests(root, True, "patched")
+    assert list(unpatched.values()).count("passed") >= 16, unpatched  # the file ran, not only failed to import
+    ours = {t for t in patched if t.startswith(NEW_CLASSES)}
+    # PyTorch's own tests, and the block's: as unpatched, but the op-policy test, an expected failure there
+    assert unpatched[OP_POLICY] == "skipped" and patched[OP_POLICY] == "passed"
+    block = {t: o for t, o in unpatched.items() if t.startswith(NEW_CLASSES[1]) and t != OP_POLICY}
+    assert len(block) == 2 and set(block.values()) == {"passed"}, block
+    assert {t: o for t, o in patched.items() if t not in ours} == \
+        {t: o for t, o in unpatched.items() if not t.startswith(NEW_CLASSES)}
+    assert {t: o for t, o in patched.items() if t in ours and o != "passed"} == {}
+    assert len([t for t in ours if "SwitchTests" in t]) == 8 and len([t for t in ours if "Warning" in t]) == 4
+    # the patched file on the unpatched torch: what the series adds is asked for, and missing
+    missing = pytorch_tests(root, False, "series-tests-unpatched-torch")
+    assert missing["SelectiveCheckpointCompiledRegionWarningTests.test_sac_of_inductor_compiled_fn_warns_once"] \
+        == "failure"
+    assert missing[OP_POLICY] != "passed"
+    assert all(missing[t] in ("failure", "error") for t in ours if "SwitchTests" in t), missing
+
+
+CASES_PROBE = os.path.join(ROOT, "tests", "fix_cases.py")
+
+
+def hard_cases(root, tmp_path, how, *options):
+    """fix_cases.py's JSON for sac(compile(f)) in a child: how is "patched" (the copy's torch),
+    "candidate" (the in-process candidate, fix mode) or "plain" (the torch as installed)."""
+    env = clean_env(root, how == "patched")
+    if how == "candidate":
+        env.update(PYTHONPATH=CANDIDATE, SAC_FIX_CANDIDATE="fix")
+    out = tmp_path / ("cases-%s-%s.json" % (how, "-".join(o.strip("-") for o in options)))
+    proc = subprocess.run([sys.executable, CASES_PROBE, str(out), "--reported-only"] + list(options),
+                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=1800)
+    assert proc.returncode == 0 and out.exists(), (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
+    result = json.loads(out.read_text())
+    return {case: rows["sac(compile(f))"] for case, rows in result.items() if case not in ("torch", "label", "switch")}
+
+
+WARNING = "the out= call that Inductor's compiled code makes"
+
+
+@pytest.mark.release  # every hard case four times: about ten minutes on 2 cores
+def test_on_the_patched_torch_the_hard_cases_are_the_candidates_with_the_switch_and_todays_without(tmp_path):
+    root = tree(tmp_path, whole_torch=True)
+    apply_series(root)
+    switched, candidate = hard_cases(root, tmp_path, "patched", "--switch"), hard_cases(root, tmp_path, "candidate")
+    # one implementation: every number, and every decline said, the same
+    assert switched == candidate
+    off, plain = hard_cases(root, tmp_path, "patched"), hard_cases(root, tmp_path, "plain")
+    # the switch off: today's numbers; what is said is the warning of patch 0001 alone
+    assert {c: r["got"] for c, r in off.items()} == {c: r["got"] for c, r in plain.items()}
+    assert all(all(WARNING in m for m in r["said"]) for r in off.values()), off
+    assert all(r["said"] == [] for r in plain.values()), plain
