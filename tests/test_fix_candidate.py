@@ -436,6 +436,27 @@ def test_with_the_revert_loaded_first_the_candidate_says_so_truly(tmp_path):
     assert "before 2.10" not in label
 
 
+def test_a_module_that_bound_checkpoint_before_the_candidate_loaded_is_pointed_at_it():
+    """checkpoint_wrapper (the bench's reported arrangement) binds torch.utils.checkpoint.checkpoint
+    by name when imported. Imported before the candidate loads, that name must be re-pointed at the
+    candidate's checkpoint, or its wrappers call the original and Dynamo, which knows checkpoint by
+    the module's attribute, meets a stale copy."""
+    code = ("import importlib.util, sys, torch; "
+            "import torch.distributed.algorithms._checkpoint.checkpoint_wrapper as cw; "
+            "spec = importlib.util.spec_from_file_location('candidate', sys.argv[1]); "
+            "c = importlib.util.module_from_spec(spec); spec.loader.exec_module(c); "
+            "import torch.utils.checkpoint as ck; w = cw.checkpoint_wrapper(torch.nn.Linear(2, 2)); "
+            "print(c.CHANGE_LABEL); print(ck.checkpoint.__code__.co_filename == sys.argv[1], "
+            "cw.torch_utils_checkpoint is ck.checkpoint, w.checkpoint_fn.func is ck.checkpoint)")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
+    proc = subprocess.run([sys.executable, "-c", code, os.path.join(CANDIDATE, "sitecustomize.py")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    label, routed = proc.stdout.strip().splitlines()[-2:]
+    assert label.endswith("loaded in-process (mode: fix)"), label
+    assert routed == "True True True", routed
+
+
 def test_sitecustomize_copied_alone_says_so_in_one_line_and_changes_nothing(tmp_path):
     """The series' module is the file beside it: copied alone, it must not fail at start-up."""
     shutil.copy(os.path.join(CANDIDATE, "sitecustomize.py"), tmp_path)
