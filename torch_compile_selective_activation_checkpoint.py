@@ -1,56 +1,57 @@
 """pytorch/pytorch#161889: a torch.compile'd f inside selective activation checkpointing (SAC) runs eagerly on torch 2.5
 to 2.9; fixed in 2.10.0. The report's code (edits marked), then its answer from what ran (torch.profiler): exit 0
 compiled under SAC, 1 eager or refused by Dynamo there (reproduced), 125 cannot tell on this build."""
-import io, logging, os, re, sys, traceback, types  # [added] the answer comes first: an error below gets one too
-dynamo_log = io.StringIO()  # Dynamo gives its reason for skipping a frame at debug level only
-logging.getLogger("torch._dynamo.convert_frame").addHandler(logging.StreamHandler(dynamo_log))
-logging.getLogger("torch._dynamo.convert_frame").setLevel(logging.DEBUG)
+import contextlib, inspect, io, logging, os, re, sys, traceback, types  # [added] the answer first: errors get one too
+logging.getLogger("torch._dynamo.convert_frame").addHandler(logging.StreamHandler(dynamo_log := io.StringIO()))
+logging.getLogger("torch._dynamo.convert_frame").setLevel(logging.DEBUG)  # Dynamo's reason to skip a frame: debug only
 logging.getLogger("torch._dynamo.convert_frame").propagate = bool(os.environ.get("TORCH_LOGS"))
 def tell(line, code):  # the answer's one line: a closed or full stdout loses the line, never the exit code
-    try:
+    with contextlib.suppress(AttributeError, OSError, ValueError):
         print("f_compiled under SAC: " + line, flush=True)
-    except (AttributeError, OSError, ValueError):
-        pass
     return code
-
 def answer(error=None):  # prints one line; returns 0 (not reproduced), 1 (reproduced) or 125
     torch = sys.modules.get("torch")
     on = "torch %s, git %.8s" % (getattr(torch, "__version__", "?"), getattr(getattr(torch, "version", None),
                                  "git_version", "?")) if torch else "torch did not import"
+    with contextlib.suppress(AttributeError, OSError, TypeError):  # no SAC modes, or no source on disk: nothing to say
+        modes = torch.utils.checkpoint._CachingTorchDispatchMode, torch.utils.checkpoint._CachedTorchDispatchMode
+        shipped = all("def ignore_compile_internals" in inspect.getsource(m) for m in modes)  # in torch's own file
+        on += "; the 2.10 fix reverted in-process" * (shipped and not all(m.ignore_compile_internals() for m in modes))
     if error is not None and not (re.search(r"^\s*- f \(", str(error), re.M) and any(  # Dynamo refused f under SAC
             fr.f_code.co_name == "checkpoint_fn_with_context" for fr, _ in traceback.walk_tb(error.__traceback__))):
         return tell("cannot tell (%s: %.200s; %s)" % (type(error).__name__, " ".join(str(error).split()), on), 125)
-    def ran(call):  # (compiled code ran: Dynamo's or AOTAutograd's region, f's own eager ops ran)
-        with torch.profiler.profile() as prof:
+    def ran(call):  # (compiled code ran: Dynamo's or AOTAutograd's region, f's own eager ops ran, the call raised)
+        with torch.profiler.profile() as prof, (contextlib.suppress if error else contextlib.nullcontext)(Exception):
+            raised = True  # after the loop's refusal (fullgraph, 2.12+), Dynamo raises again once f ran under SAC
             call()
+            raised = False
         names = {e.name for e in prof.events()}
         compiled = any(n.startswith(("Torch-Compiled Region", "CompiledFunction")) for n in names)
-        return compiled, {"aten::mul", "aten::add"} <= names
+        return compiled, {"aten::mul", "aten::add"} <= names, raised
     f_control = torch.compile(types.FunctionType(f.__code__.replace(), globals()), fullgraph=True, dynamic=True)
     checkpoint_fn_without_context(f_control, x, y)  # compiles, out of the profile: tracing runs f's ops too
-    if ran(lambda: checkpoint_fn_without_context(f_control, x, y)) != (True, False):  # fresh code: a skip sticks
+    if ran(lambda: checkpoint_fn_without_context(f_control, x, y)) != (True, False, False):  # fresh code: a skip sticks
         return tell("cannot tell (the control, without SAC, did not run compiled code alone; %s)" % on, 125)
-    compiled, eager = (False, True) if error else ran(lambda: checkpoint_fn_with_context(f_compiled, x, y))
-    if compiled == eager:
-        return tell("cannot tell (compiled code ran: %s, aten::mul and add ran: %s; %s)" % (compiled, eager, on), 125)
-    said = re.findall(r"^\s*(?:- f \(.*:\d+\): (.*)|skipping: f \(reason: (.*?), file: .*)$",
-                      str(error or dynamo_log.getvalue()), re.M)  # 2.12+: the error; before: the log
-    return tell("ran %s (pytorch/pytorch#161889 %s; %s)%s" % (
-        "compiled code" if compiled else "no compiled code" if error else "eagerly: aten::mul, aten::add",
-        "does not reproduce" if compiled else "reproduces", on, "; Dynamo skipped f: %s%s" % said[0] if said else ""),
-        0 if compiled else 1)
-
+    compiled, eager, raised = ran(lambda: checkpoint_fn_with_context(f_compiled, x, y))
+    if compiled == eager and not raised or compiled and raised or error and not raised:
+        return tell("cannot tell (compiled code ran: %s, aten::mul and add ran: %s%s; %s)" % (compiled, eager,
+                    ", then raised" if raised else ", without the loop's error" if error else "", on), 125)
+    said = ["; Dynamo skipped f: %s%s" % m for m in re.findall(r"^\s*(?:- f \(.*:\d+\): (.*)|skipping: f \(reason: "
+            r"(.*?), file: .*)$", str(error or dynamo_log.getvalue()), re.M)][:1]  # 2.12+: the error; before: the log
+    return tell("ran %s%s (pytorch/pytorch#161889 %s; %s)%s" % ("compiled code" if compiled else
+        "eagerly: aten::mul, aten::add" if eager else "no compiled code", ", then raised" * raised,
+        "does not reproduce" if compiled else "reproduces", on, "".join(said)), 0 if compiled else 1)
 def answer_error(kind, error, tb):  # never Python's exit 1 for an error: 1 reads as "reproduces"
-    code = 130 if issubclass(kind, KeyboardInterrupt) else 125
     try:
         sys.__excepthook__(kind, error, tb)
-        code = answer(error) if issubclass(kind, Exception) else code
+        os._exit(answer(error) if issubclass(kind, Exception) else 130 if issubclass(kind, KeyboardInterrupt) else 125)
     except BaseException as e:  # no answer could be formed (a torch that breaks as it is read): cannot tell
-        code = 130 if isinstance(e, KeyboardInterrupt) else code
-    os._exit(code)
-sys.excepthook = answer_error
-if sys.argv[1:]:  # a usage error: 128 aborts a bisect
-    sys.exit(print("takes no options; the judged run does: python3 -m sac_repro --help", file=sys.stderr) or 128)
+        os._exit(130 if isinstance(e, KeyboardInterrupt) or issubclass(kind, KeyboardInterrupt) else 125)
+if __name__ == "__main__" and "__file__" in globals():  # run as a program (a notebook cell has no __file__)
+    sys.excepthook = answer_error
+    if sys.argv[1:]:  # a usage error: 128 aborts a bisect
+        sys.exit(print("takes no options; the bundle's judged run does: python3 -m sac_repro --help, in its folder",
+                       file=sys.stderr) or 128)
 # ==== the report's code (pytorch/pytorch#161889) ====
 import functools
 
@@ -96,9 +97,8 @@ y = torch.ones(12, 10, device=device, requires_grad=True)  # [changed] device="c
 # Compile the function
 f_compiled = torch.compile(f, fullgraph=True, dynamic=True)
 
-# [added] Compile before any call under SAC (a skip there sticks to f); open the range nsys --capture-range waits for.
-checkpoint_fn_without_context(f_compiled, x, y)
-if device == "cuda":
+checkpoint_fn_without_context(f_compiled, x, y)  # [added] compile before any call under SAC (a skip there sticks to f)
+if device == "cuda":  # [added] open the range that nsys --capture-range waits for
     torch.cuda.profiler.start()
 
 # Profile the function calls

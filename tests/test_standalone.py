@@ -36,15 +36,21 @@ def test_alone_on_a_fixed_torch_it_answers_0(tmp_path):
     rc, line, _, _ = run_alone(tmp_path)
     assert rc == 0, line
     assert line.startswith("f_compiled under SAC: ran compiled code (pytorch/pytorch#161889 does not reproduce; torch 2.")
+    assert re.fullmatch(r".*; torch [^;]*, git [0-9a-f]{8}\)", line) and "reverted" not in line, line
 
 
 def test_alone_with_the_fix_reverted_it_answers_1_in_dynamos_words(tmp_path):
     """2.12 and later: Dynamo refuses f under SAC and, with fullgraph=True, raises in the report's
-    loop. That error is the answer, 1, never 125; its reason is quoted."""
+    loop. That error is the answer, 1, never 125; its reason is quoted. The call profiled again ran
+    f's ops eagerly and then raised, and the line says so, and that the fix that torch's own
+    checkpoint.py defines is reverted in this process (it said "ran no compiled code", and named
+    no revert)."""
     rc, line, _, _ = run_alone(tmp_path, env={"PYTHONPATH": os.path.join(ROOT, "sac_repro", "revert_fix")})
     assert rc == 1, line
-    assert "ran no compiled code (pytorch/pytorch#161889 reproduces" in line
-    assert "Dynamo skipped f: non-infra torch dispatch mode present, this is not supported today in torch.compile" in line
+    assert re.fullmatch(r"f_compiled under SAC: ran eagerly: aten::mul, aten::add, then raised \(pytorch/pytorch"
+                        r"#161889 reproduces; torch [^;]*, git [0-9a-f]{8}; the 2\.10 fix reverted in-process\); "
+                        r"Dynamo skipped f: non-infra torch dispatch mode present, this is not supported today in "
+                        r"torch\.compile", line), line
 
 
 @pytest.mark.parametrize("switch, why", [
@@ -93,7 +99,7 @@ def test_alone_it_refuses_options(tmp_path):
     (tmp_path / "repro.py").write_bytes(open(SCRIPT, "rb").read())
     proc = subprocess.run([sys.executable, str(tmp_path / "repro.py"), "--markdown"], capture_output=True, text=True)
     assert proc.returncode == 128 and proc.stdout == ""
-    assert "takes no options" in proc.stderr and "python3 -m sac_repro" in proc.stderr
+    assert "takes no options" in proc.stderr and "python3 -m sac_repro --help, in its folder" in proc.stderr
 
 
 # ------------------------------------------------------------------------------ its form
@@ -106,7 +112,8 @@ def test_it_imports_nothing_of_the_bundle():
     tree = ast.parse(script_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"functools", "io", "logging", "os", "re", "sys", "traceback", "types", "torch"}, imported
+    assert imported <= {"contextlib", "functools", "inspect", "io", "logging", "os", "re", "sys", "traceback", "types",
+                        "torch"}, imported
     assert "sys.path" not in script_text()
 
 
@@ -204,6 +211,6 @@ def test_alone_a_crash_under_sac_is_cannot_tell(tmp_path):
 ])
 def test_alone_on_a_release(release_python, tmp_path, version, rc, says):
     code, line, _, _ = run_alone(tmp_path, release_python(version), env={"CUDA_VISIBLE_DEVICES": ""})
-    assert code == rc and says in line, line
+    assert code == rc and says in line and "reverted" not in line, line  # 2.9.1: no fix on disk to revert
     if version == "2.9.1":  # Dynamo logs its reason at debug level; the script keeps it, and prints no log
         assert line.endswith("; Dynamo skipped f: non-infra torch dispatch mode present, this is not supported today in torch.compile")
