@@ -11,7 +11,7 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import data, judge, recorded, run
+from conftest import data, judge, recorded, ROOT, run
 from sac_repro.judge import cli, verdict
 
 from sac_repro import exits
@@ -261,3 +261,17 @@ def test_what_the_bench_writes_and_what_render_does_without_is_accepted(tmp_path
     assert cli.load_bench(str(f)) == bench
     report = verdict.report_from_child(copy.deepcopy(FIXED), "regression", False)
     policy_report.render_policy_markdown(report, "x", None, bench)  # renders what was accepted
+
+
+@pytest.mark.release  # a whole run under the candidate fix in warn mode, and collect_env
+def test_the_candidates_warning_reaches_the_policy_report(tmp_path):
+    """Issue 45: in warn mode the candidate warned, and --policy-report said 'Nothing says so'."""
+    rc, stdout, stderr = run(sys.executable, "--device", "cpu", "--policy-report",
+                             env={"PYTHONPATH": os.path.join(ROOT, "sac_repro", "policy", "fix_candidate"), "SAC_FIX_CANDIDATE": "warn"})
+    assert rc == 0, stderr[-2000:]
+    stays = next(l for l in stdout.splitlines() if l.startswith("**What stays open:**"))
+    assert "Nothing said" not in stays and "Nothing says so" not in stays
+    assert "What this run's process printed or warned, besides the bundle: `said (the report's loops; warning from " \
+           "sac_repro/policy/fix_candidate/" in stays
+    assert "UserWarning: torch.utils.checkpoint: a selective activation checkpointing policy was asked about " \
+           "aten.mm.out" in stays
