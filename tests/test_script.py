@@ -433,7 +433,7 @@ def test_under_the_candidate_the_paste_has_one_answer(tmp_path):
     finding is Inductor's, with aten.mm.out and 3 matmuls: the candidate had declined the fifth
     compiled f that the ablation made and dropped. Its rows now run as the case does."""
     rc, report, markdown, stderr = run_json(sys.executable, tmp_path, "--device", "cpu", "--markdown",
-                                            env={"PYTHONPATH": CANDIDATE}, timeout=900)
+                                            env={"PYTHONPATH": "%s/%s" % (ROOT, CANDIDATE)}, timeout=900)
     assert rc == 0, stderr[-2000:]
     assert report["policy"]["with_context_matmul_recomputed_in_backward"] is False
     rows = {r["backend"]: r for r in report["ablation"]["rows"]}
