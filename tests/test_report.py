@@ -281,3 +281,20 @@ def test_the_plain_run_offers_the_ablation(fixed_run):
     report.pop("ablation")
     assert "ablation: not run (it compiles f once per backend); --ablation or --markdown runs it" in \
         render.render_text(report).splitlines()
+
+
+@pytest.mark.unit
+def test_the_docs_say_what_a_call_that_raised_ran():
+    """Issue 45: docs/output.md, nsys.md and json.md said such calls ran nothing; their words are the
+    outputs' own."""
+    docs = {name: open(os.path.join(ROOT, "docs", name)).read() for name in ("output.md", "nsys.md", "json.md")}
+    for name, text in docs.items():
+        flat = " ".join(text.split())
+        for wrong in ("ran nothing", "nothing ran", "instead of running eagerly", "raised instead of running",
+                      "nothing to capture", "none: Dynamo raised"):
+            assert wrong not in flat, (name, wrong)
+    output = " ".join(docs["output.md"].split())
+    for words in (render.THEN_RAISED.strip(", "), render.NONE_SEEN, "no: %s (fullgraph=True)" % verdict.RAN_THEN_RAISED):
+        assert words in output, words
+    for key in ("eager_then_raised_calls", "calls_refused", "`said`", "`eager_ops`"):
+        assert key in docs["json.md"], key
