@@ -152,7 +152,7 @@ def silence(report):
     if "said" not in report:  # a run that did not record it
         return unchecked
     if not report["said"]:
-        return "Nothing said so in this run: no warning was shown and no line printed. " + unchecked
+        return "Nothing said so in this run: no warning was shown, and nothing but logs was printed. " + unchecked
     return "What this run's process printed or warned, besides the bundle: %s." % "; ".join(
         "`%s`" % line.replace("`", "'") for line in said_lines(report))
 
