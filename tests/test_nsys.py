@@ -589,7 +589,7 @@ def test_the_capture_runs_torch_reaches_the_judges_report(fake_tools):
     judged = "\n".join(stdout.splitlines()[1:])  # the judge's markdown, after the capture run's line
     assert "torch %s" % torch.__version__ in judged
     assert "--_env" not in judged
-    assert "Command: `./run_nsys.sh -- --device cpu --markdown`" in judged  # what reruns the capture
+    assert "/run_nsys.sh -- --device cpu --markdown`" in judged and "Command: `PYTHON=" in judged  # what reruns the capture
     assert not [p for p in os.listdir(fake_tools.tmp) if p.startswith("run_nsys_run.")]
 
 
@@ -626,7 +626,8 @@ def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path, monkeypat
     assert "torch 2.11.0+cu130" in text and "| changed: the 2.10 fix reverted in-process (sac_repro/revert_fix/sitecustomize.py)" in text
     assert "dynamo (the report's loops): skipping: f (reason: non-infra torch dispatch mode present)" in text
     rc, markdown, _ = judge("--from-nsys", REVERTED_CSV, "--markdown", "--_env", handoff)
-    assert "PYTHONPATH=sac_repro/revert_fix python3 -m sac_repro --from-nsys" in markdown
+    assert "PYTHONPATH=%s %s %s --from-nsys" % (render.shell_value(change["pythonpath"]), render.shell_path(sys.executable),
+                                                 render.shell_path(os.path.join(ROOT, "sac_repro"))) in markdown
     assert "--_env" not in markdown
     rc, as_json, _ = judge("--from-nsys", REVERTED_CSV, "--json", "-", "--_env", handoff)
     assert json.loads(as_json)["torch_changes"] == [change]
@@ -634,7 +635,8 @@ def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path, monkeypat
     handoff.write_text(json.dumps(dict(json.loads(handoff.read_text()), capture_options=["--device", "cuda"])))
     rc, markdown, _ = judge("--from-nsys", REVERTED_CSV, "--markdown", "--hunt-fix", "--_env", handoff)
     command = re.search(r"Command: `([^`]*)`", markdown).group(1)
-    assert command.startswith("PYTHONPATH=sac_repro/revert_fix ./run_nsys.sh -o ")
+    assert command.startswith("PYTHONPATH=%s PYTHON=%s %s -o " % (render.shell_value(change["pythonpath"]), render.shell_path(
+        sys.executable), render.shell_path(os.path.join(ROOT, "run_nsys.sh"))))
     assert command.endswith(" -- --device cuda --markdown --hunt-fix") and "--from-nsys" not in command
 
 

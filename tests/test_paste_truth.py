@@ -100,8 +100,8 @@ def test_the_command_carries_pythons_warnings_filter_and_the_compiler():
     """PYTHONWARNINGS=error made the run 125; the printed Command, without it, answered 0."""
     environ = {"PYTHONWARNINGS": "error", "CXX": "/opt/gcc/bin/g++", "HOME": "/root"}
     report = {"rerun_env": render.rerun_env(environ), "torch_changes": []}
-    assert render.rerun_command(report, None, ["--markdown"]) == \
-        "CXX=/opt/gcc/bin/g++ PYTHONWARNINGS=error python3 -m sac_repro --markdown"
+    assert render.rerun_command(report, None, ["--markdown"], python="/usr/bin/python3") == \
+        "CXX=/opt/gcc/bin/g++ PYTHONWARNINGS=error /usr/bin/python3 %s --markdown" % render.shell_path(ROOT + "/sac_repro")
 
 
 def test_error_logs_of_a_build_that_raised_say_what_it_raised():

@@ -39,7 +39,7 @@ def test_markdown_carries_the_script_byte_for_byte(fixed_markdown):
 
 def test_markdown_says_expected_and_actual(fixed_markdown):
     lines = fixed_markdown.splitlines()
-    assert "torch 2." in lines[8] and "Command: `python3 -m sac_repro --device cpu --markdown" in lines[8]
+    assert "torch 2." in lines[8] and "sac_repro --device cpu --markdown" in lines[8] and "Command: `" in lines[8]
     expected = next(l for l in lines if l.startswith("- **Expected:**"))
     assert expected == "- **Expected:** %s." % render.EXPECTED and "compiled code (Inductor kernels) under SAC" in expected
     actual = next(l for l in lines if l.startswith("- **Actual:**"))

@@ -120,6 +120,7 @@ def rerun_command(report, script_path, argv, capture_options=None, python=None):
     that run_nsys.sh made and handed over (capture_options: its capture run's options) reruns as
     run_nsys.sh, the judge's own options after its capture run's."""
     env = dict(report.get("rerun_env") or {})
+    kept = "PYTHONPATH" in env and env["PYTHONPATH"] is None  # withheld: the shell's own, after the changes'
     paths = [p for p in (env.pop("PYTHONPATH", None) or "").split(os.pathsep) if p]
     for c in report.get("torch_changes") or []:
         for k, v in (c.get("env") or {}).items():
@@ -127,7 +128,9 @@ def rerun_command(report, script_path, argv, capture_options=None, python=None):
         folder = c.get("pythonpath")
         if folder and not any(os.path.realpath(p) == os.path.realpath(folder) for p in paths):
             paths.insert(0, folder)
-    prefix = ["PYTHONPATH=" + shell_value(os.pathsep.join(os.path.abspath(p) for p in paths))] if paths else []
+    words = ([shell_value(os.pathsep.join(os.path.abspath(p) for p in paths))] if paths else []) + \
+        (['"$PYTHONPATH"'] if kept else [])
+    prefix = ["PYTHONPATH=" + os.pathsep.join(words)] if words else []
     prefix += [assignment(k, v) for k, v in sorted(env.items())]
     python = python or sys.executable
     shown, report_file, given = [], None, iter(argv)
