@@ -260,3 +260,15 @@ def test_a_stdout_that_cannot_encode_the_paste_still_gets_it(args, rc):
         assert out.startswith("### ? Describe the bug\n") and "- **Verdict:** `reproduced` (exit 1)" in out
     else:
         assert "VERDICT: not_reproduced (exit 0)" in out
+
+
+# ------------------------------------------------------------------------------- provenance
+def test_a_run_whose_torch_failed_to_import_says_so_naming_the_interpreter(stand_in_torch):
+    """It was pasted as 'judged from the file alone', as if no torch had been run."""
+    from sac_repro.judge.changes import home_path
+    proc = run_judged("--device", "cpu", "--markdown", env=dict(stand_in_torch, STAND_IN_TORCH="fails"))
+    assert proc.returncode == 125, proc.stderr
+    line = proc.stdout.splitlines()[8]
+    assert line.startswith("torch failed to import in %s (ImportError: a stand-in torch that cannot be imported). "
+                           "Command: `" % home_path(sys.executable)), line
+    assert "file alone" not in proc.stdout
