@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The patch series of sac_repro/upstream (the fix as PyTorch would merge it) measured on one GPU:
+# the series applied to a copy of this Python's torch/ tree (with fuzz allowed: the series is
+# made for 2.13, the GPU machine may have another torch; steps.txt keeps what patch(1) said), then
+# the bench with the series' switch on and off (step time, backward matmul kernels, peak memory of
+# sac(compile(block)) beside compile(sac(block))), and the regression block of the patched
+# PyTorch test file on CUDA. Where the series does not apply, the in-process candidate (the same
+# module, sac_repro/policy/fix_candidate) stands in, and the summary says so. Every file it writes
+# is under OUT; the installed torch is never changed (the copy is hard links or symlinks, and
+# patch(1) writes new files).
+#
+#   OUT=FOLDER sac_repro/policy/fix_candidate/series_check.sh      # or: ... series_check.sh FOLDER
+#   DEVICE=cpu BENCH_ARGS=--small OUT=FOLDER sac_repro/policy/fix_candidate/series_check.sh  # a CPU dry run
+#
+# PYTHON (python3), BUDGET_S (540: a step that would not fit is skipped, and says so), STEP_S (each
+# step's limit). PyTorch's test module imports expecttest: where python has none, a wheel of it in
+# .whl/ (expecttest-*.whl) is put on PYTHONPATH.
+# Exit codes: 0 every step ran as expected (the summary says whether the numbers are the ones hoped
+# for), 125 a step could not run here or failed, 128 usage error.
+set -u
+out=${1:-${OUT:-}}
+if [ -z "$out" ] || [ ! -d "$out" ] || [ ! -w "$out" ]; then
+    echo "series_check.sh: '${out}' is not a writable folder: set OUT=FOLDER or give it as the argument" >&2
+    exit 128
+fi
+out=$(cd "$out" && pwd) || exit 128
+cd "$(dirname "$0")/../../.." || exit 128  # the bundle's folder
+bundle=$PWD
+python=${PYTHON:-python3}
+device=${DEVICE:-cuda}
+budget=${BUDGET_S:-540}
+bench_args=${BENCH_ARGS:-}
+step_s=${STEP_S:-}
+case "$device" in cuda|cpu) ;; *) echo "series_check.sh: DEVICE=$device is not cuda or cpu" >&2; exit 128 ;; esac
+for v in "BUDGET_S=$budget" "STEP_S=${step_s:-0}"; do
+    case "${v#*=}" in ''|*[!0-9]*) echo "series_check.sh: $v is not a whole number of seconds" >&2; exit 128 ;; esac
+done
+start=$(date +%s)
+work=$(mktemp -d "$out/.work.XXXXXX") || exit 128
+trap 'rm -rf "$work"' EXIT
+export TORCHINDUCTOR_CACHE_DIR=$work/inductor TRITON_CACHE_DIR=$work/triton
+unset SAC_FIX_CANDIDATE PYTHONPATH
+steps=$out/steps.txt
+: > "$steps"
+rm -f "$out"/bench_on.* "$out"/bench_off.* "$out"/block.log "$out"/summary.txt "$out"/patch.log
+failed=0
+
+step() {  # step NAME TIMEOUT_S EXPECTED_RC ENV... -- COMMAND...
+    local name=$1 limit=${step_s:-$2} expected=$3 envs=()
+    shift 3
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    local left=$(( budget - ($(date +%s) - start) ))
+    if [ "$left" -lt "$limit" ]; then
+        echo "$name skipped: ${left}s of the budget left, it may take ${limit}s" | tee -a "$steps"
+        failed=1
+        return
+    fi
+    local t0=$(date +%s)
+    env ${envs[@]+"${envs[@]}"} timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    local rc=$?
+    echo "$name rc=$rc (expected $expected) $(( $(date +%s) - t0 ))s" | tee -a "$steps"
+    [ "$rc" = "$expected" ] || failed=1
+}
+
+{
+    date -u +"date: %Y-%m-%d %H:%M UTC"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -4
+    nproc
+    "$python" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.git_version, torch.version.cuda, torch.cuda.is_available())" 2>&1 | tail -1
+} > "$out/machine.txt"
+cat "$out/machine.txt"
+
+# The copy: site/ holds every entry of torch's site-packages as a symlink (CUDA's libraries are
+# found beside torch), torch/ itself as hard links, or symlinks where that fails, with the files
+# the series changes as copies of their own.
+site_packages=$("$python" -c "import os, importlib.util; print(os.path.dirname(os.path.dirname(importlib.util.find_spec('torch').origin)))") || exit 125
+site=$work/site
+mkdir -p "$site/test/dynamo"
+for entry in "$site_packages"/*; do
+    [ "$(basename "$entry")" = torch ] || ln -s "$entry" "$site/$(basename "$entry")"
+done
+cp -al "$site_packages/torch" "$site/torch" 2>/dev/null || { rm -rf "$site/torch"; cp -rs "$site_packages/torch" "$site/torch"; } || exit 125
+for f in utils/checkpoint.py _inductor/output_code.py _dynamo/eval_frame.py; do
+    cp --remove-destination "$site_packages/torch/$f" "$site/torch/$f" || exit 125
+done
+cp tests/data/pytorch-0069a418/test_activation_checkpointing.py "$site/test/dynamo/" || exit 125
+applied=series
+for p in sac_repro/upstream/000*.patch; do
+    echo "== $p" >> "$out/patch.log"
+    (cd "$site" && patch -p1 --forward --batch -F3 -i "$bundle/$p") >> "$out/patch.log" 2>&1 || applied=candidate
+done
+echo "series applied to a copy of $site_packages/torch: $applied ($(grep -cE 'offset|fuzz' "$out/patch.log") hunks with an offset or fuzz, $(grep -c FAILED "$out/patch.log") failed)" | tee -a "$steps"
+mv "$site/test" "$work/test"
+sed -i 's/^from torch.testing._internal.triton_utils import requires_gpu_and_triton$/from torch.testing._internal.triton_utils import requires_cuda_and_triton, requires_gpu_and_triton/' \
+    "$work/test/dynamo/test_activation_checkpointing.py"
+
+bench=(sac_repro/bench/bench_sac_compile.py --device "$device" $bench_args)
+if [ "$applied" = series ]; then
+    # the switch set as a user sets it, before the bench imports its arrangements
+    launch="import runpy, sys, torch.utils.checkpoint as c; c._sac_policy_applies_to_compiled_fn = sys.argv[1] == 'on'; \
+sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    step bench_on 120 0 PYTHONPATH="$site" -- "$python" -c "$launch" on "${bench[@]}" --json "$out/bench_on.json"
+    step bench_off 120 0 PYTHONPATH="$site" -- "$python" -c "$launch" off "${bench[@]}" --json "$out/bench_off.json"
+else
+    step bench_on 120 0 PYTHONPATH=sac_repro/policy/fix_candidate -- "$python" "${bench[@]}" --json "$out/bench_on.json"
+    step bench_off 120 0 -- "$python" "${bench[@]}" --json "$out/bench_off.json"
+fi
+support=
+if ! "$python" -c "import expecttest" 2>/dev/null; then
+    support=$(ls .whl/expecttest-*.whl 2>/dev/null | head -1)
+    [ -n "$support" ] && support=$bundle/$support
+fi
+if [ "$applied" = series ] && { "$python" -c "import expecttest" 2>/dev/null || [ -n "$support" ]; }; then
+    step block 240 0 PYTHONPATH="$site${support:+:$support}" CUDA_VISIBLE_DEVICES=0 -- \
+        "$python" "$work/test/dynamo/test_activation_checkpointing.py" -v -k SelectiveCheckpointOfCompiledFnTests
+else
+    echo "block skipped: $([ "$applied" = series ] && echo "no expecttest (carry .whl/)" || echo "the series did not apply")" | tee -a "$steps"
+fi
+
+"$python" - "$out" "$applied" > "$out/summary.txt" 2>&1 <<'EOF'
+import json, os, re, sys
+out, applied = sys.argv[1], sys.argv[2]
+REPORTED, WORKAROUND = "sac(compile(block)) [reported]", "compile(sac(block)) [workaround]"
+what = {"series": "the series applied to a copy of torch, its switch on / off",
+        "candidate": "the series did not apply: the in-process candidate (the same module) / no candidate"}[applied]
+print("what ran: " + what)
+runs = {m: json.load(open(os.path.join(out, "bench_%s.json" % m))) for m in ("on", "off")
+        if os.path.exists(os.path.join(out, "bench_%s.json" % m))}
+good = bool(runs)
+for mode, run in runs.items():
+    print("%s: torch %s (git %s) | %s | hidden %s, tokens %s, layers %s, %s" % (
+        mode, run["torch"], run["git"][:12], run["device"], run["hidden"], run["tokens"], run["layers"], run["dtype"]))
+    base = run["rows"][WORKAROUND]["median"]
+    for name, r in run["rows"].items():
+        print("  %-52s %10.3f ms %6.3fx  peak %s GiB  bwd mm %s" % (
+            name, r["median"], r["median"] / base, "-" if r["mem"] is None else "%.2f" % r["mem"], r["bwd_mm"]))
+if "on" in runs:
+    rows = runs["on"]["rows"]
+    ratio = rows[REPORTED]["median"] / rows[WORKAROUND]["median"]
+    same = rows[REPORTED]["bwd_mm"] == rows[WORKAROUND]["bwd_mm"]
+    print("switch on: sac(compile(block)) / compile(sac(block)) = %.3fx (within 2%%: %s), %s against %s backward "
+          "matmul kernels (equal: %s)" % (ratio, "yes" if ratio <= 1.02 else "no", rows[REPORTED]["bwd_mm"],
+                                          rows[WORKAROUND]["bwd_mm"], "yes" if same else "no"))
+    good = good and ratio <= 1.02 and same
+if "off" in runs:
+    rows = runs["off"]["rows"]
+    print("switch off: sac(compile(block)) / compile(sac(block)) = %.3fx, %s against %s backward matmul kernels" % (
+        rows[REPORTED]["median"] / rows[WORKAROUND]["median"], rows[REPORTED]["bwd_mm"], rows[WORKAROUND]["bwd_mm"]))
+block = os.path.join(out, "block.log")
+if os.path.exists(block):
+    for line in open(block):
+        if re.match(r"(test_\w+) .*\.\.\. ?(ok|FAIL|ERROR|skipped|expected failure|unexpected success)", line) or \
+                re.match(r"Ran \d+ tests|(OK|FAILED)\b", line):
+            print("block: " + line.rstrip())
+sys.exit(0 if good else 3)
+EOF
+[ $? = 0 ] || failed=1
+cat "$out/summary.txt"
+echo "total $(( $(date +%s) - start ))s" | tee -a "$steps"
+[ "$failed" = 0 ] && exit 0
+exit 125
