@@ -152,6 +152,17 @@ def test_the_cpu_fixed_transcript_is_what_the_code_prints_today(fixed_run):
     assert drift_lines(recorded) == drift_lines(text.splitlines())
 
 
+def test_the_cpu_reverted_transcript_is_what_the_code_prints_today(reverted_run):
+    """Issue 45: with the fix reverted, 2.13's calls under SAC ran eagerly, then raised."""
+    _, recorded = recorded_block("## Fixed torch (2.13.0) with the fix reverted in-process, CPU")
+    _, report, text, _, _ = reverted_run
+    if not report["torch_version"].startswith("2.13.0"):
+        pytest.skip("the recorded block is of torch 2.13.0; this is %s" % report["torch_version"])
+    assert drift_lines(recorded) == drift_lines(text.splitlines())
+    assert any(l.startswith("VERDICT: reproduced (exit 1): 3 of 3 calls under SAC ran eagerly, then raised")
+               for l in recorded)
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize("heading, child, drop", [
     ("## Affected torch (2.9.1), CPU", ("cpu-torch2.9.1", "child.json"), ()),
