@@ -23,7 +23,8 @@ from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from ..exits import (codes_help, dies_with_parent, end_group, end_own_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK,
                      guarded, Interrupted, one_line, OutputError, raised_by_this_bundle, say_error, UsageError)
 from ..policy.policy_report import render_policy_markdown
-from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_text, rerun_command, rerun_env
+from .command import rerun_command, rerun_env
+from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_text
 from .inputs import load_bench, load_capture_run
 from .verdict import LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
