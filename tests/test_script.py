@@ -484,3 +484,19 @@ def test_the_candidates_not_loaded_line_reaches_the_report(tmp_path):
                                           env={"PYTHONPATH": str(tmp_path)}, timeout=900)
     assert rc == 1, stderr[-2000:]
     assert any("sac fix candidate: not loaded" in line for line in stdout.splitlines() if line.startswith("said ("))
+
+
+def test_a_process_that_says_much_fills_no_paste(tmp_path):
+    import json
+    import subprocess
+    code = ("import sys; sys.path.insert(0, %r)\nfrom sac_repro.judge import said as s\nsaid = s.Said().install()\n"
+            "[print('line', i) for i in range(s.KEPT + 5)]\nprint('line', 0)\n"
+            "sys.__stdout__.write('\\n' + __import__('json').dumps(said.finish()))" % ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert [e["text"] for e in seen[:2]] == ["line 0", "line 1"] and len(seen) == 41
+    assert seen[-1]["kind"] == "more" and seen[-1]["text"] == "5 more lines and warnings, not kept"
+    proc = subprocess.run([sys.executable, "-c", code.replace("said = s.Said().install()", "sys.stdout = None\n"
+                                                              "said = s.Said().install()")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr  # no stdout: nothing wrapped, nothing broken

@@ -14,6 +14,7 @@ PROGRESS = "sac-repro: "  # render.PROGRESS: the child's own lines, which the pa
 WARNINGS_FILE = os.path.splitext(warnings.__file__)[0]
 # Not caught: the bundle's own lines, and logs (torch's, Dynamo's: DynamoSkips reads what matters
 # of those), which a handler made before install() writes past this anyway
+KEPT = 40  # a process that prints on every call would fill the paste: the first ones, and a count
 QUIET = (os.path.dirname(os.path.realpath(__file__)) + os.sep, os.path.splitext(os.path.realpath(logging.__file__))[0])
 
 
@@ -21,6 +22,7 @@ class Said:
     def __init__(self):
         self.where = "before the report's code"
         self.seen = []  # {"where", "kind": "warning" | "stdout" | "stderr", "file", "text"}, each once
+        self.left_out = 0
         self.showing = False
         self.open = {}  # stream -> what was written of its line so far
 
@@ -29,7 +31,10 @@ class Said:
         it lets through is shown, and only that is caught."""
         self.shown = warnings.showwarning
         warnings.showwarning = self.showwarning
-        sys.stdout, sys.stderr = Tee(sys.stdout, "stdout", self), Tee(sys.stderr, "stderr", self)
+        if sys.stdout is not None:  # none to write to, none to catch
+            sys.stdout = Tee(sys.stdout, "stdout", self)
+        if sys.stderr is not None:
+            sys.stderr = Tee(sys.stderr, "stderr", self)
         return self
 
     def showwarning(self, message, category, filename, lineno, file=None, line=None):
@@ -58,12 +63,20 @@ class Said:
             if text.strip() and not text.startswith(PROGRESS):
                 self.add(kind, code_file, text)
         self.open.clear()
+        if self.left_out:
+            self.seen.append({"where": self.where, "kind": "more", "file": None,
+                              "text": "%d more lines and warnings, not kept" % self.left_out})
+            self.left_out = 0
         return self.seen
 
     def add(self, kind, code_file, text):
         entry = {"where": self.where, "kind": kind, "file": code_file, "text": " ".join(str(text).split())}
-        if not any(e["kind"] == kind and e["file"] == code_file and e["text"] == entry["text"] for e in self.seen):
+        if any(e["kind"] == kind and e["file"] == code_file and e["text"] == entry["text"] for e in self.seen):
+            return
+        if len(self.seen) < KEPT:
             self.seen.append(entry)
+        else:
+            self.left_out += 1
 
 
 def speaker(depth=2):
