@@ -258,3 +258,16 @@ def test_what_the_run_said_is_in_the_text_and_the_pastes_error_logs():
            "was printed or warned." in md
     _, md = markdown(said(recorded(FIXED), None))
     assert "None: nothing raised, and Dynamo logged no skip of f.\n" in md  # not recorded: no claim
+
+
+def test_what_the_run_said_names_paths_as_a_paste_does(monkeypatch):
+    """The candidate names its own file when it declines ('the 2.10 fix is reverted in-process (by
+    /home/.../sitecustomize.py)'): quoted as said, a machine path would go into a public paste."""
+    monkeypatch.setenv("HOME", "/home/someone")
+    entry = dict(WARNED, text="sac fix candidate: not loaded: reverted (by %s/sac_repro/revert_fix/sitecustomize.py); "
+                              "see /home/someone/patches/sitecustomize.py" % ROOT)
+    report, md = markdown(said(recorded(FIXED), [entry]))
+    (line,) = [l for l in render.render_text(report).splitlines() if l.startswith("said (")]
+    assert line.endswith("not loaded: reverted (by sac_repro/revert_fix/sitecustomize.py); see "
+                         "~/patches/sitecustomize.py")
+    assert ROOT not in md and "/home/someone" not in md.split("### Versions")[0]

@@ -4,7 +4,7 @@ issue: the headline, expected and actual, the evidence, the script file that ran
 import os
 import re
 
-from .changes import home_path, REVERTED
+from .changes import home_folder, home_path, REVERTED
 # the Command that reruns a run, and how a paste names paths and variables (command.py)
 from .command import (BUNDLE, command_line, DEFAULT_CAPTURE, rerun_command, rerun_env, RERUN_VARIABLES,  # noqa: F401
                       shell_path, shell_value, shown_path)
@@ -56,7 +56,15 @@ def said_lines(report):
     """What the measured process printed or warned besides the bundle (an in-process change of
     torch, torch itself), as the child caught it (said.py), one line each, with where it came."""
     return ["said (%s; %s from %s): %s" % (s["where"], s["kind"], shown_path(s["file"]) if s.get("file") else "?",
-                                           s["text"]) for s in report.get("said") or []]
+                                           shown_text(s["text"])) for s in report.get("said") or []]
+
+
+def shown_text(text):
+    """Words a process printed, with the paths in them named as a paste names paths: the bundle's
+    files by their path in it, the home folder as ~ (a change names its own file: a machine path)."""
+    home = home_folder()
+    text = text.replace(BUNDLE + os.sep, "")
+    return text.replace(home + os.sep, "~" + os.sep) if home and home != os.sep else text
 
 
 def scenario_rows(report):
