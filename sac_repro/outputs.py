@@ -1,8 +1,10 @@
 """Where the entry points write: never onto an input, another output, a file of the bundle, git's
-own files or a virtual environment in the bundle's folder; and in one step, so that an interrupted
-write leaves the old file or none, never part of one.
+own files, a virtual environment in the bundle's folder or through a symlink out of the folder
+named; and in one step, so that an interrupted write leaves the old file or none, never part of
+one. The internal options write only the bundle's own temporary files.
 """
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -187,3 +189,33 @@ def write_text(path, text, option):
         replace_atomically(path, write)
     except OSError as e:
         raise OutputError("cannot write %s %s: %s" % (option, path, e.strerror or e))
+
+
+# The files that the internal options write: the bundle's own temporary ones, as mkstemp made them
+# (run_child's, and run_nsys.sh's mktemp of the hand-off), by their name's (prefix, suffix); never
+# another file, whoever passes it.
+CHILD_TEMP = ("sac_repro_", ".json")
+HANDOFF_TEMP = ("run_nsys_run.", "")
+
+
+def not_our_temp_file(path, kind):
+    """Why path is not one of the bundle's own temporary files of this kind, or None where it is one:
+    a file of that name in the temporary folder, ours, of one link, empty and private, as mkstemp
+    leaves it."""
+    prefix, suffix = kind
+    name = os.path.basename(path)
+    if not (name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix) + len(suffix)):
+        return "not named %s...%s" % kind
+    if os.path.realpath(os.path.dirname(os.path.abspath(path))) != os.path.realpath(tempfile.gettempdir()):
+        return "not in the temporary folder (%s)" % tempfile.gettempdir()
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "not there"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symlink"
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return "not a private file of ours (mode 600, one link)"
+    if st.st_size:
+        return "not empty"
+    return None

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import FIXED_CSV, JUDGED, one_line_error, REVERTED_CSV, ROOT, data, judge
-from sac_repro.judge import cli
+from sac_repro import outputs
 
 pytestmark = pytest.mark.unit
 
@@ -80,16 +80,16 @@ def test_the_childs_own_temporary_file_is_taken():
     fd, path = tempfile.mkstemp(prefix="sac_repro_", suffix=".json")
     os.close(fd)
     try:
-        assert cli.not_our_temp_file(path, cli.CHILD_TEMP) is None
+        assert outputs.not_our_temp_file(path, outputs.CHILD_TEMP) is None
         with open(path, "w") as fh:
             fh.write("{}")
-        assert "not empty" in cli.not_our_temp_file(path, cli.CHILD_TEMP)
+        assert "not empty" in outputs.not_our_temp_file(path, outputs.CHILD_TEMP)
     finally:
         os.unlink(path)
     link = os.path.join(tempfile.gettempdir(), "sac_repro_%s.json" % os.getpid())
     os.symlink(os.path.join(ROOT, "README.md"), link)
     try:
-        assert "symlink" in cli.not_our_temp_file(link, cli.CHILD_TEMP)
+        assert "symlink" in outputs.not_our_temp_file(link, outputs.CHILD_TEMP)
     finally:
         os.unlink(link)
 
@@ -104,7 +104,7 @@ def test_the_hand_off_is_written_only_into_run_nsys_shs_temporary_file(tmp_path)
     fd, handoff = tempfile.mkstemp(prefix="run_nsys_run.")
     os.close(fd)
     try:
-        assert cli.not_our_temp_file(handoff, cli.HANDOFF_TEMP) is None
+        assert outputs.not_our_temp_file(handoff, outputs.HANDOFF_TEMP) is None
     finally:
         os.unlink(handoff)
 

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -143,9 +142,9 @@ def check_paths(args):
                                ("--from-ncu", args.from_ncu, "the capture being judged"),
                                ("--_env", None if args.loops_only else args.env_file, "the capture run's hand-off"),
                                ("--bench-json", args.bench_json, "the bench's table")])
-    for option, path, kind in (("--_child", args.child_out, CHILD_TEMP),
-                               ("--_env", args.env_file if args.loops_only else None, HANDOFF_TEMP)):
-        problem = path is not None and not_our_temp_file(path, kind)
+    for option, path, kind in (("--_child", args.child_out, outputs.CHILD_TEMP),
+                               ("--_env", args.env_file if args.loops_only else None, outputs.HANDOFF_TEMP)):
+        problem = path is not None and outputs.not_our_temp_file(path, kind)
         if problem:
             raise UsageError("%s %s: %s; an internal option, it takes only the temporary file that the bundle "
                              "made for it" % (option, path, problem))
@@ -175,36 +174,6 @@ def check_paths(args):
         raise UsageError("--bench-json goes with --policy-report")
     if args.bench_json is not None:
         args.bench = load_bench(args.bench_json)
-
-
-# The files that the internal options write: the bundle's own temporary ones, as mkstemp made them
-# (run_child's, and run_nsys.sh's mktemp of the hand-off), by their name's (prefix, suffix); never
-# another file, whoever passes it.
-CHILD_TEMP = ("sac_repro_", ".json")
-HANDOFF_TEMP = ("run_nsys_run.", "")
-
-
-def not_our_temp_file(path, kind):
-    """Why path is not one of the bundle's own temporary files of this kind, or None where it is one:
-    a file of that name in the temporary folder, ours, of one link, empty and private, as mkstemp
-    leaves it."""
-    prefix, suffix = kind
-    name = os.path.basename(path)
-    if not (name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix) + len(suffix)):
-        return "not named %s...%s" % kind
-    if os.path.realpath(os.path.dirname(os.path.abspath(path))) != os.path.realpath(tempfile.gettempdir()):
-        return "not in the temporary folder (%s)" % tempfile.gettempdir()
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return "not there"
-    if stat.S_ISLNK(st.st_mode):
-        return "a symlink"
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return "not a private file of ours (mode 600, one link)"
-    if st.st_size:
-        return "not empty"
-    return None
 
 
 def main(script_path, argv=None):
