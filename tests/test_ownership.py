@@ -215,7 +215,7 @@ def test_a_sigkill_leaves_nothing_of_the_measured_childs_own(tmp_path, stand_in_
 # ------------------------------------------------------------------------------------ nohup
 SLOW_CHILD = """import os, shutil, sys, time
 open(os.environ["SLOW_CHILD_STARTED"], "w").close()
-time.sleep(3)
+time.sleep(1.5)
 shutil.copy(%r, sys.argv[sys.argv.index("--_child") + 1])
 """
 
