@@ -451,7 +451,7 @@ def test_a_wheel_too_big_for_the_free_space_is_refused_before_its_download(tmp_p
     assert not [f for _, _, files in os.walk(tmp_path / "cache" / "downloads") for f in files]
 
 
-def test_a_download_onto_a_full_disk_is_a_usage_error(tmp_path):
+def test_a_download_onto_a_full_disk_is_a_usage_error(tmp_path, monkeypatch):
     """A disk that fills during the download says nothing of the build: 128, free some space,
     never a skip on every step. The download's file is /dev/full, which answers every write with
     ENOSPC."""
@@ -459,12 +459,13 @@ def test_a_download_onto_a_full_disk_is_a_usage_error(tmp_path):
         pytest.skip("no /dev/full")
     name, cache = nightly_name("2025-09-07"), tmp_path / "cache"
     wheel_file(str(tmp_path / "idx"), name)
-    (cache / "downloads" / str(os.getpid())).mkdir(parents=True)
-    os.symlink("/dev/full", cache / "downloads" / str(os.getpid()) / name)  # where this process downloads it
+    folder = builds.download_folder(str(cache))
+    os.symlink("/dev/full", os.path.join(folder, name))  # where this process downloads it
+    monkeypatch.setattr(builds, "download_folder", lambda cache: folder)
     with serve_index(tmp_path / "idx", hashes=False) as url:
         one_line(*main("nightly", "2025-09-07", "--index", url, "--cache", cache),
                  "cannot write %s under %s (No space left on device)" % (name, cache), "cache --prune")
-    assert not (cache / "downloads" / str(os.getpid())).exists()
+    assert not os.path.exists(folder)
 
 
 def test_a_wheel_whose_index_gives_its_hash_is_not_downloaded_to_be_hashed(tmp_path):

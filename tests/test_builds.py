@@ -2,7 +2,9 @@
 wheel checked before the work, free space checked before an install, uv's shared store or pip's
 shared wheel cache, and a cache that can be listed and pruned. Stub wheels (see test_bisect.py)
 stand in for torch builds; each loads this environment's real torch."""
+import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -10,12 +12,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 import pytest
+from hypothesis import example, given, HealthCheck, settings, strategies as st
 
-from sac_repro.bisecting import builds, envs
+from sac_repro.bisecting import builds, caches, envs
 from sac_repro import exits
 from wheels import (BISECT, bisect, build_stub_wheel, children_of, make_index, nightly_repo, PYTAG,  # noqa: F401
                     quick_venvs, serve_index, sha256_of, slow_venv)
@@ -113,6 +117,9 @@ def test_the_cache_lists_and_prunes_only_its_own_environments(tmp_path):
     assert not old.exists() and new.exists()
     rc, out = bisect("cache", "--prune", "--keep", "0", cache=cache)
     assert rc == 0 and "removed 1 environment" in out, out
+    # the store that its installs made is its own: what no environment links any more goes, named
+    assert "removed 2 packages that no environment links from bisect_torch.py's uv store %s (sacstubdep, torch)" % (
+        cache / "uv") in out, out
     assert (outside / "keep.txt").read_text() == "not the cache's"  # never followed out
     assert (mine / "pyvenv.cfg").exists(), out  # only what the tool built and recorded is pruned
     assert "keeping my-venv: not built by bisect_torch.py" in out, out
@@ -213,9 +220,10 @@ def test_a_prune_never_counts_or_keeps_a_half_built_environment(tmp_path):
     venvs = cache / "venvs"
     (complete,) = list(venvs.iterdir())
     os.utime(complete / ".last-used", (time.time() - 3600,) * 2)
-    # what a killed install and a killed prune leave, both newer than the complete one
-    (venvs / "torch-2.10.0.dev20250906+cpu-0123456789abcdef.partial" / "bin").mkdir(parents=True)
-    (venvs / (complete.name + ".removing") / "bin").mkdir(parents=True)
+    # what a killed install and a killed prune leave, both newer than the complete one, marked
+    for leftover in ("torch-2.10.0.dev20250906+cpu-0123456789abcdef.partial", complete.name + ".removing"):
+        (venvs / leftover / "bin").mkdir(parents=True)
+        caches.mark(str(venvs / leftover))
     rc, out = bisect("cache", cache=cache)
     assert rc == 0 and ".partial" not in out and ".removing" not in out, out
     rc, out = bisect("cache", "--prune", "--keep", "1", cache=cache)
@@ -313,14 +321,11 @@ def test_a_prune_keeps_the_most_recently_used_and_the_downloads_under_way(tmp_pa
         (cache / "venvs" / name / envs.LAST_USED).write_text("")
         (cache / "venvs" / name / envs.RECORD).write_text('{"sha256": "%s"}' % name)  # the tool built it
         os.utime(cache / "venvs" / name / envs.LAST_USED, (time.time() - days_ago * 86400,) * 2)
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    for pid in (os.getpid(), gone.pid):
-        (cache / "downloads" / str(pid)).mkdir(parents=True)
-        (cache / "downloads" / str(pid) / "w.whl").write_text("")
+    running = builds.download_folder(str(cache))
+    cut_short_download(cache)
     assert envs.prune(str(cache), keep=1) == ["torch-b-old"]
     assert os.listdir(cache / "venvs") == ["torch-a-new"]
-    assert os.listdir(cache / "downloads") == [str(os.getpid())]
+    assert os.listdir(cache / "downloads") == [os.path.basename(running)]
 
 
 @pytest.mark.unit
@@ -406,16 +411,218 @@ def test_a_wheel_is_known_by_all_of_its_bytes(tmp_path):
 
 @pytest.mark.unit
 def test_a_prune_of_a_cache_named_on_a_users_folder_removes_only_its_own(tmp_path):
-    """`--cache ~` with a ~/downloads of the user's: folders there not named by a pid, and .partial
-    folders not named as this tool names its environments, are the user's."""
+    """`--cache ~` with a ~/downloads of the user's: folders there not marked by this tool, and
+    .partial folders not named as this tool names its environments, are the user's."""
     cache = tmp_path / "home"
     for folder in ("downloads/my_photos", "downloads/2024-taxes", "venvs/proj.partial"):
         (cache / folder).mkdir(parents=True)
         (cache / folder / "keep.txt").write_text("mine")
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    (cache / "downloads" / str(gone.pid)).mkdir()
-    (cache / "venvs" / "torch-2.9.1-0123456789abcdef.partial").mkdir()
+    theirs = cache / ("uv.%d.new" % dead_pid())  # the user's, named as a store under way
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("mine")
+    # what this tool left, cut short: a download, an environment, a store before its rename
+    cut_short_download(cache)
+    caches.make_own(str(cache / "venvs" / "torch-2.9.1-0123456789abcdef.partial"))
+    store = caches.make_own(str(cache / ("uv.%d.new" % dead_pid())))
     envs.prune(str(cache), keep=0)
     assert sorted(os.listdir(cache / "downloads")) == ["2024-taxes", "my_photos"]
     assert os.listdir(cache / "venvs") == ["proj.partial"]
+    assert (theirs / "keep.txt").read_text() == "mine" and not os.path.exists(store)
+
+
+# ----------------------------------------------------------- what is the bundle's own in its cache
+def snapshot(root):
+    """{path under root: its bytes, or "dir"} of everything under root, links not followed."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(dirpath, d), root)] = "dir"
+        for f in files:
+            path = os.path.join(dirpath, f)
+            out[os.path.relpath(path, root)] = os.readlink(path) if os.path.islink(path) else open(path, "rb").read()
+    return out
+
+
+def dead_pid():
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return gone.pid
+
+
+def cut_short_download(cache):
+    """The folder a download of the bundle makes, left as a process that died mid-download leaves
+    it: made by that process (a fork of this one), which is gone."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            folder = builds.download_folder(str(cache))
+            with open(os.path.join(folder, "torch-2.9.1-cp312-cp312-linux_x86_64.whl"), "wb") as fh:
+                fh.write(b"half a wheel")
+            os.write(write, folder.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as fh:
+        return fh.read()
+
+
+@pytest.mark.unit
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=st.lists(st.one_of(
+    st.integers(0, 2 ** 22).map(str),  # a process id's name, as downloads were named before the mark
+    st.tuples(st.integers(0, 99999), st.sampled_from("-._ x"), st.integers(0, 999)).map(lambda t: "%d%s%d" % t),
+    st.sampled_from(["torch-2.9.1-0123456789abcdef.partial", "torch-x.removing", ".sac-repro-own", "uv"])),
+    min_size=1, max_size=6, unique=True))
+@example(names=["2024"])
+@example(names=[str(os.getpid())])
+def test_a_prune_keeps_every_folder_it_did_not_mark_byte_for_byte(names):
+    """`--cache ~`: the user's ~/downloads/2024 (a number, no pid alive) and any folder under
+    downloads/ or venvs/ named as the bundle names its own, but without its mark, survive a prune,
+    every byte; a download the bundle marked, whose process is gone, goes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = os.path.join(tmp, "home")
+        for top in ("downloads", "venvs"):
+            for name in names:
+                os.makedirs(os.path.join(cache, top, name))
+                with open(os.path.join(cache, top, name, "taxes.pdf"), "wb") as fh:
+                    fh.write(b"the user's %s\x00\xff" % name.encode())
+        before = snapshot(cache)
+        ours = cut_short_download(cache)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert envs.prune(cache, keep=0) == []
+        assert not os.path.exists(ours), out.getvalue()
+        assert [l for l in out.getvalue().splitlines() if l.startswith("removing")] == [
+            "removing %s: a download whose process is gone" % ours]
+        after = snapshot(cache)
+        assert {k: v for k, v in after.items() if k != "lock" and not k.startswith("locks")} == before
+
+
+@pytest.mark.unit
+def test_a_prune_lists_what_an_older_version_left_unmarked_with_a_command_that_removes_it(tmp_path):
+    """A download folder named by a dead pid holding a wheel, and a torch-...partial environment,
+    as versions before the mark left them: kept, each named on one line whose command removes it
+    and nothing else."""
+    cache = tmp_path / "cache"
+    old_download = cache / "downloads" / str(dead_pid())
+    old_download.mkdir(parents=True)
+    (old_download / "torch-2.9.1+cpu-cp312-cp312-linux_x86_64.whl").write_bytes(b"half")
+    old_partial = cache / "venvs" / "torch-2.9.1+cpu-0123456789abcdef.partial"
+    (old_partial / "bin").mkdir(parents=True)
+    (cache / "downloads" / "2024").mkdir()
+    (cache / "downloads" / "2024" / "taxes.pdf").write_bytes(b"mine")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        envs.prune(str(cache), keep=0)
+    said = out.getvalue().splitlines()
+    for leftover in (old_download, old_partial):
+        assert leftover.exists()
+        (line,) = [l for l in said if str(leftover) in l]
+        assert "keeping" in line and "rm -r" in line, line
+        command = line[line.index("rm -r"):]
+        subprocess.run(command, shell=True, check=True, cwd="/")
+        assert not leftover.exists(), command
+    assert not [l for l in said if "2024" in l], said  # a folder of the user's files is not even named
+    assert (cache / "downloads" / "2024" / "taxes.pdf").read_bytes() == b"mine"
+
+
+def uv_exe():
+    return os.path.join(os.path.dirname(sys.executable), "uv")
+
+
+def store_with_a_package(store, tmp_path):
+    """A uv store holding one package that nothing links any more: installed from it with uv, and
+    the installed copy since removed."""
+    from wheels import dependency_wheel
+    (tmp_path / "wheels").mkdir(exist_ok=True)
+    dependency_wheel(str(tmp_path / "wheels"))
+    target = tmp_path / "target"
+    subprocess.run([uv_exe(), "pip", "install", "-q", "--target", str(target), "--no-index", "--find-links",
+                    str(tmp_path / "wheels"), "sacstubdep", "--cache-dir", str(store)], check=True)
+    shutil.rmtree(target)
+    assert [f for f in snapshot(store) if "sacstubdep/__init__.py" in f]
+
+
+@pytest.mark.unit
+def test_a_prune_leaves_a_uv_store_it_did_not_make_byte_for_byte(tmp_path, monkeypatch):
+    """`--cache ~/.cache`: CACHE/uv is the user's own uv cache. A prune leaves it whole, says so and
+    how to empty it, and never says that it removed packages from it."""
+    monkeypatch.setenv("PATH", os.path.dirname(uv_exe()) + os.pathsep + os.environ["PATH"])
+    cache = tmp_path / "dot-cache"
+    store_with_a_package(cache / "uv", tmp_path)
+    before = snapshot(cache / "uv")
+    rc, out = bisect("cache", "--prune", "--keep", "0", cache=cache)
+    assert rc == 0, out
+    assert snapshot(cache / "uv") == before, out
+    (line,) = [l for l in out.splitlines() if str(cache / "uv") in l and "keeping" in l]
+    assert "not made by bisect_torch.py" in line and "uv cache clean --cache-dir %s" % (cache / "uv") in line, line
+    assert "removed 0 environments" in out and "removed" not in out.replace("removed 0 environments", ""), out
+    assert "uv store %s: 0.00 GB that no environment links (cache --prune keeps it: not made by" % (cache / "uv") in out
+
+
+@pytest.mark.unit
+def test_a_prune_empties_its_own_uv_store_of_what_no_environment_links_and_says_what_went(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", os.path.dirname(uv_exe()) + os.pathsep + os.environ["PATH"])
+    cache = tmp_path / "cache"
+    store = caches.own_store(str(cache), "uv")
+    store_with_a_package(cache / "uv", tmp_path)
+    rc, out = bisect("cache", "--prune", "--keep", "0", cache=cache)
+    assert rc == 0, out
+    assert not [f for f in snapshot(store) if "sacstubdep" in f], out
+    assert caches.is_own(store)  # still the bundle's store: the next install goes on using it
+    (line,) = [l for l in out.splitlines() if "from bisect_torch.py's uv store" in l]
+    assert "removed 1 package" in line and "sacstubdep" in line, line
+
+
+@pytest.mark.unit
+def test_a_users_own_file_named_as_the_hash_memo_is_read_never_written(tmp_path, capsys):
+    """`--cache ~` with a ~/hashes.json of the user's: the wheel's hash is read from the wheel, and
+    their file stays as it was, every byte; this tool's own memo, or one an older version wrote
+    (unmarked, entries of its shape only), is kept up."""
+    wheel = tmp_path / "w.whl"
+    wheel.write_bytes(b"a wheel")
+    theirs = b'{"/not/a/file/here": [1, 2], "notes": "mine"}'
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "hashes.json").write_bytes(theirs)
+    assert builds.file_sha256(str(wheel), str(tmp_path / "home")) == hashlib.sha256(b"a wheel").hexdigest()
+    assert (tmp_path / "home" / "hashes.json").read_bytes() == theirs
+    assert "not bisect_torch.py's" in capsys.readouterr().out
+    older = {str(tmp_path / "elsewhere.whl"): [1, 2, 3, 4, "0" * 64]}
+    (tmp_path / "older").mkdir()
+    (tmp_path / "older" / "hashes.json").write_text(json.dumps(older))
+    builds.file_sha256(str(wheel), str(tmp_path / "older"))
+    memo = json.loads((tmp_path / "older" / "hashes.json").read_text())
+    assert memo[str(wheel)][-1] == hashlib.sha256(b"a wheel").hexdigest() and memo[""] == caches.MARK_TEXT
+
+
+@pytest.mark.unit
+def test_a_folder_at_an_environments_name_that_this_tool_did_not_make_is_kept(tmp_path):
+    """Only an environment with its build record (or a marked one under way) is removed to be
+    built again; anything else at its name is in the way, named, and left whole."""
+    theirs = tmp_path / "venvs" / "torch-2.9.1-0123456789abcdef"
+    (theirs / "bin").mkdir(parents=True)
+    (theirs / "pyvenv.cfg").write_text("mine")
+    with pytest.raises(exits.UsageError, match="in the way, and not bisect_torch.py's"):
+        envs.discard(str(theirs))
+    assert (theirs / "pyvenv.cfg").read_text() == "mine"
+    (theirs / envs.RECORD).write_text("{}")
+    envs.discard(str(theirs))
+    assert os.listdir(tmp_path / "venvs") == []
+
+
+@pytest.mark.unit
+def test_only_a_marked_folder_is_removed_as_its_own(tmp_path):
+    """The last guard of every removal: a folder without the mark, or a symlink to a marked one,
+    is left as it is, whoever asks."""
+    theirs = tmp_path / "theirs"
+    (theirs / "sub").mkdir(parents=True)
+    (theirs / "sub" / "keep.txt").write_text("mine")
+    ours = caches.make_own(str(tmp_path / "ours"))
+    os.symlink(ours, tmp_path / "link")
+    for path in (theirs, tmp_path / "link"):
+        caches.remove_own(str(path))
+    assert (theirs / "sub" / "keep.txt").read_text() == "mine" and os.path.islink(tmp_path / "link")
+    caches.remove_own(ours)
+    assert sorted(os.listdir(tmp_path)) == ["link", "theirs"]

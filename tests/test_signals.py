@@ -5,11 +5,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
 from conftest import JUDGED
-from wheels import BISECT, git, nightly_world  # noqa: F401  (a fixture)
+from wheels import BISECT, git, make_index, nightly_world, slow_venv, tagged  # noqa: F401  (a fixture)
 
 HANG_IN_CHILD = """
 import os, sys, time
@@ -102,3 +103,74 @@ def test_a_sigkill_to_the_judged_run_leaves_no_child(tmp_path):
                 os.kill(int(open(tmp_path / "child.pid").read()), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+FAKE_UV = """#!/bin/sh
+# an installer that works for a long while through a child of its own, as uv's workers and pip's builds do
+sleep 300 &
+echo "$$ $!" > "$SLOW_VENV_STARTED"
+wait
+"""
+
+
+@pytest.mark.parametrize("stage", ["venv", "install"])
+def test_a_sigkill_to_a_bisect_leaves_no_process_of_its_tree(tmp_path, quick_venv, stage):
+    """SIGKILL (the OOM killer, `timeout -s KILL`) to bisect_torch.py while it makes an environment:
+    `python -m venv` and the child venv starts (ensurepip's pip), or the installer and the child it
+    started, die with it within seconds, wherever they were reparented. Every process of its tree
+    carries a tag in its environment, so none escapes the count."""
+    index = make_index(tmp_path / "index", "flat")
+    tag, started = uuid.uuid4().hex, tmp_path / "started"
+    env = dict(os.environ, SAC_TEST_TREE=tag, SLOW_VENV_STARTED=str(started))
+    args = []
+    if stage == "venv":
+        env["PYTHONPATH"] = slow_venv(tmp_path / "fake")
+    else:
+        env.update(quick_venv)
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "uv").write_text(FAKE_UV)
+        os.chmod(tmp_path / "bin" / "uv", 0o755)
+        env["PATH"] = str(tmp_path / "bin") + os.pathsep + env["PATH"]
+        args = ["--installer", "uv"]
+    proc = subprocess.Popen([sys.executable, BISECT, "nightly", "2025-09-07", "--index", str(index),
+                             "--cache", str(tmp_path / "cache")] + args, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_text(started, proc)
+        tree = tagged(tag)
+        assert proc.pid in tree and len(tree) >= 3, tree  # itself, the maker and the maker's child
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.time() + 5
+        while tagged(tag) and time.time() < deadline:
+            time.sleep(0.1)
+        left = {pid: open("/proc/%d/cmdline" % pid, "rb").read().replace(b"\0", b" ") for pid in tagged(tag)}
+        assert left == {}, "outlived bisect_torch.py's SIGKILL by 5 s: %s" % left
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
+def wait_for_text(path, proc, seconds=120):
+    deadline = time.time() + seconds
+    while not (os.path.exists(path) and os.path.getsize(path)):
+        assert proc.poll() is None and time.time() < deadline, "the environment's maker never started"
+        time.sleep(0.05)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("script, rc", [("sleep 30 & echo made", 0),  # a child left in its group
+                                        ("setsid sleep 30 & sleep 0.3; echo made; exit 3", 3),  # one that left it
+                                        ("echo made; kill -9 $$", 137)])
+def test_a_guarded_command_leaves_nothing_running_when_it_ends(monkeypatch, script, rc):
+    """What venv, uv or pip leave running when they end, in their group or out of it, is ended
+    with them and reaped (nothing is left to PID 1, which may never reap it); the command's own
+    exit code and output come back."""
+    from sac_repro.bisecting import children
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv("SAC_TEST_TREE", tag)
+    started = time.time()
+    assert children.run(["sh", "-c", script]) == (rc, "made\n")
+    assert time.time() - started < 10 and tagged(tag) == []

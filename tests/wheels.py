@@ -195,7 +195,7 @@ def serve_index(folder, hold=None, asked=None, hashes=True, refuse=True):
 
 SLOW_VENV = """import os, subprocess, sys
 target = sys.argv[-1]
-os.makedirs(target)
+os.makedirs(target, exist_ok=True)  # as venv does: the bisect makes and marks the folder first
 # as ensurepip does, a child of its own that writes into the new environment, late
 late = subprocess.Popen([sys.executable, "-c", "import os, sys, time; time.sleep(2); "
                          "os.makedirs(os.path.join(sys.argv[1], 'bin'), exist_ok=True); time.sleep(60)", target])
@@ -316,4 +316,20 @@ def children_of(pid):
         kids = [c for c, pp in parents.items() if pp == p]
         found += kids
         frontier += kids
+    return found
+
+
+def tagged(tag):
+    """The pids of the live processes whose environment holds SAC_TEST_TREE=tag: a process and
+    everything it started, whatever their parent is now (an orphan's is 1) and whichever session
+    they moved to. A zombie has no environment left to read: it is dead."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/environ" % entry, "rb") as fh:
+                    if ("SAC_TEST_TREE=%s" % tag).encode() in fh.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                pass
     return found

@@ -376,8 +376,7 @@ def cache(args):
     if args.prune:
         if args.keep is None and args.older_than is None:
             raise UsageError("--prune needs --keep N or --older-than DAYS")
-        removed = envs.prune(root, args.keep, args.older_than)
-        say("removed %d environment%s: %s" % (len(removed), "" if len(removed) == 1 else "s", ", ".join(removed) or "-"))
+        envs.prune(root, args.keep, args.older_than)
     elif args.keep is not None or args.older_than is not None:
         raise UsageError("--keep and --older-than go with --prune")
     per_env, stores_only, total = envs.disk_usage(root)
@@ -391,8 +390,11 @@ def cache(args):
         # what it holds, in full: the environment is known by the wheel's sha256
         say("    %s sha256 %s git %s from %s" % (record.get("wheel", "?"), record.get("sha256", "? (no build record)"),
                                                git_version or "?", record.get("index", "?")))
-    say("packages in the shared store that no environment links: %.2f GB (cache --prune empties them)"
-        % (stores_only / caches.GB))
+    for store, only in sorted(stores_only.items()):
+        say("%s store %s: %.2f GB that no environment links (%s)" % (
+            store, os.path.join(root, store), only / caches.GB, "cache --prune removes them, through uv"
+            if store == "uv" and caches.is_own(os.path.join(root, store)) else "cache --prune keeps it: " + (
+                "pip's wheel cache" if store == "pip" else "not made by bisect_torch.py")))
     say("total on disk: %.2f GB (each file counted once: environments share the store's files)" % (total / caches.GB))
     return 0
 

@@ -11,11 +11,12 @@ import hashlib
 import http.client
 import os
 import re
-import shutil
+import tempfile
 import urllib.request
 import zipfile
 
-from .caches import CACHE_ERRORS, check_free_space, downloads_dir, GB, inside, read_json, write_json
+from .caches import (CACHE_ERRORS, check_free_space, downloads_dir, GB, inside, is_own, mark, MARK_TEXT, read_json,
+                     remove_own, write_json)
 from ..exits import say, Untestable, UsageError
 from .indexes import describe, is_url, link_hashes, python_tag, runs_here, torch_wheel_files, wheel_parts
 
@@ -58,12 +59,32 @@ def file_sha256(path, cache):
     st = os.stat(path)
     key, stamp = os.path.realpath(path), [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     memo_path = os.path.join(cache, "hashes.json")
-    memo = read_json(memo_path) or {}
+    memo = own_memo(memo_path)
+    if memo is None:  # `--cache ~` with a ~/hashes.json of the user's: read it, never write it
+        say("note: %s is not bisect_torch.py's, so no wheel's hash is kept in it: each step reads the wheel" % memo_path)
+        return sha256_of(path)
     if memo.get(key, [None])[:-1] == stamp:
         return memo[key][-1]
     memo[key] = stamp + [sha256_of(path)]
-    write_json(memo_path, {k: v for k, v in memo.items() if os.path.exists(k)})
+    kept = {k: v for k, v in memo.items() if os.path.exists(k)}
+    write_json(memo_path, dict(kept, **{"": MARK_TEXT}))
     return memo[key][-1]
+
+
+def own_memo(path):
+    """The hashes kept in `path`, where it is this tool's file: {} where there is none yet; None
+    where it is another's. This tool's is marked (its key "" holds the mark's words), or, as the
+    versions before the mark wrote it, holds nothing but entries of its shape."""
+    if not os.path.lexists(path):
+        return {}
+    memo = read_json(path)
+    if os.path.islink(path) or not isinstance(memo, dict):
+        return None
+    if memo.pop("", None) == MARK_TEXT or all(
+            os.path.isabs(k) and isinstance(v, list) and len(v) == 5 and all(type(x) is int for x in v[:4])
+            and isinstance(v[4], str) and re.fullmatch(r"[0-9a-f]{64}", v[4]) for k, v in memo.items()):
+        return memo
+    return None
 
 
 def sha256_of(path):
@@ -77,9 +98,8 @@ def sha256_of(path):
 def download(url, name, cache):
     """A wheel whose index gives no hash, fetched into the cache to be hashed, read and installed
     from; removed once installed (drop_download). Returns (path, sha256)."""
-    folder = os.path.join(downloads_dir(cache), str(os.getpid()))
+    folder = download_folder(cache)
     path, digest = os.path.join(folder, name), hashlib.sha256()
-    os.makedirs(folder, exist_ok=True)
     try:
         with urllib.request.urlopen(url, timeout=60) as resp, open(path, "wb") as out:
             size = int(resp.headers.get("Content-Length") or 0)
@@ -88,7 +108,7 @@ def download(url, name, cache):
                 digest.update(chunk)
                 out.write(chunk)
     except BaseException as e:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_own(folder)
         if isinstance(e, OSError) and e.errno in CACHE_ERRORS:
             raise UsageError("cannot write %s under %s (%s): free some space (bisect_torch.py cache --prune) "
                              "or pass --cache elsewhere" % (name, cache, e.strerror))
@@ -98,9 +118,20 @@ def download(url, name, cache):
     return path, digest.hexdigest()
 
 
+def download_folder(cache):
+    """A new folder of this process's own under CACHE/downloads, named PID-RANDOM and marked before
+    anything is written into it: a prune removes it once this process is gone, and never a folder
+    that was there before (`--cache ~` holds the user's ~/downloads)."""
+    os.makedirs(downloads_dir(cache), exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="%d-" % os.getpid(), dir=downloads_dir(cache))
+    mark(folder)
+    return folder
+
+
 def drop_download(build, cache):
-    if build.file and inside(downloads_dir(cache), build.file):
-        shutil.rmtree(os.path.dirname(build.file), ignore_errors=True)
+    folder = os.path.dirname(build.file or "")
+    if build.file and inside(downloads_dir(cache), build.file) and is_own(folder):
+        remove_own(folder)  # installed from, or refused: each step downloads it again
 
 
 # --------------------------------------------------------------------------- the wheel's commit

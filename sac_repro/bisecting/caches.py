@@ -1,6 +1,11 @@
 """The cache that bisect_torch.py keeps its builds in: where it is (--cache, $SAC_REPRO_CACHE, or
 ~/.cache/sac-compile-repro), its layout (venvs/, locks/, downloads/, hashes.json, and the uv or pip
-store), its locks, its JSON files written whole, and the free space under it.
+store), the mark on each folder it makes there, its locks, its JSON files written whole, and the
+free space under it.
+
+The cache may be a folder of the user's (`--cache ~`, `--cache ~/.cache`, where CACHE/uv is uv's own
+cache): a prune removes only a folder that carries the mark, or what lies inside a store that
+carries it, never one that is merely named as this tool names its own.
 
 Installs hold the cache's lock shared, a prune holds it exclusive; a process holds the lock of each
 environment it uses, shared, so that a prune leaves it. Stdlib only.
@@ -85,6 +90,83 @@ def inside(root, path):
 
 def listing(folder):
     return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+# --------------------------------------------------------------------------- what is its own
+MARK = ".sac-repro-own"  # a file in each folder this tool makes in its cache, written before anything else
+MARK_TEXT = ("made by bisect_torch.py (the repro bundle of pytorch/pytorch#161889), which may remove this "
+             "folder: `bisect_torch.py cache --prune`\n")
+
+
+def is_own(path, also=()):
+    """Whether a folder carries the mark (or one of the files named in `also`: an environment's
+    build record), as a plain file, in a folder that is no symlink."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    for name in (MARK,) + tuple(also):
+        try:
+            if stat.S_ISREG(os.lstat(os.path.join(path, name)).st_mode):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def mark(path):
+    with open(os.path.join(path, MARK), "w") as fh:
+        fh.write(MARK_TEXT)
+
+
+def make_own(path):
+    """A new folder, marked: never one that is there already, which is not ours to fill or remove."""
+    os.mkdir(path)
+    mark(path)
+    return path
+
+
+def remove_own(path, also=()):
+    """Removes a marked folder (is_own), with the mark last: a removal cut short leaves it still
+    marked, so the next prune finishes it. A folder without the mark is left as it is."""
+    if not is_own(path, also):
+        return
+    try:
+        entries = os.listdir(path)
+    except FileNotFoundError:  # another process removed it meanwhile
+        return
+    for name in entries:
+        if name not in (MARK,) + tuple(also):
+            entry = os.path.join(path, name)
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(entry)
+                except FileNotFoundError:
+                    pass
+    for name in tuple(also) + (MARK,):
+        try:
+            os.unlink(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+
+
+def own_store(cache, kind):
+    """CACHE/KIND, the installer's store: made and marked where it is not there yet (made whole under
+    another name first, then renamed: a store is never seen unmarked); left as it is where it is,
+    marked or not. Returns its path."""
+    store = os.path.join(cache, kind)
+    if not os.path.lexists(store):
+        os.makedirs(cache, exist_ok=True)
+        new = make_own("%s.%d.new" % (store, os.getpid()))
+        try:
+            os.rename(new, store)
+        except OSError:  # another install made it meanwhile
+            remove_own(new)
+    return store
 
 
 # --------------------------------------------------------------------------- locks

@@ -9,15 +9,16 @@ unpacked into each environment). Nothing here installs into the Python that runs
 import os
 import re
 import shutil
+import shlex
 import subprocess
 import sys
-import threading
 import time
 
+from . import children
 from .builds import drop_download, GIT_VERSION
-from .caches import (cache_lock, check_free_space, downloads_dir, env_lock, GB, inside, listing, lock, read_json,
-                     unlock, venvs_dir, write_json)
-from ..exits import end_group, say, Untestable, UsageError
+from .caches import (cache_lock, check_free_space, downloads_dir, env_lock, GB, inside, is_own, listing, lock, make_own,
+                     mark, MARK, own_store, read_json, remove_own, unlock, venvs_dir, write_json)
+from ..exits import dies_with_parent, say, Untestable, UsageError
 from .indexes import describe, install_args, PYPI
 
 # Free space an install needs, where the wheels' own sizes are not known beforehand: the largest
@@ -126,7 +127,8 @@ def runs_its_python(path):
     site-packages holds torch."""
     try:
         proc = subprocess.run([venv_python(path), "-I", "-S", "-c", "import sys; print('python%d.%d' % sys.version_info[:2])"],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, start_new_session=True,
+                              preexec_fn=dies_with_parent())
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0 and os.path.exists(
@@ -155,46 +157,40 @@ def build_venv(build, final, cache, installer, needed, pre):
 
 
 def install(build, final, cache, installer, needed, pre):
-    """Built under NAME.partial and renamed when complete, so an interrupted install never leaves a
-    half-built environment to be reused; a signal ends the installer and removes NAME.partial."""
+    """Built under NAME.partial, marked as this tool's before anything is written into it, and
+    renamed when complete, so an interrupted install never leaves a half-built environment to be
+    reused; a signal ends the installer and removes NAME.partial."""
     partial = final + ".partial"
     os.makedirs(os.path.dirname(final), exist_ok=True)
-    shutil.rmtree(partial, ignore_errors=True)  # cut short before: no install of it runs (its lock)
+    # cut short before: no install of it runs (its lock), and its name holds this wheel's sha256
+    shutil.rmtree(partial, ignore_errors=True)
     check_free_space(cache, needed, build.wheel)
     kind, uv = choose_installer(installer)
     say("installing %s from %s with %s into %s (%s)" % (build.wheel, describe(build.index), kind, final,
                                                          size_hint(needed)))
-    proc = None
     try:
-        pip = new_venv(partial)
+        pip = new_venv(make_own(partial))
         if kind == "uv":
-            cmd = [uv, "pip", "install", "--python", venv_python(partial), "--cache-dir", os.path.join(cache, "uv")]
+            cmd = [uv, "pip", "install", "--python", venv_python(partial), "--cache-dir", own_store(cache, "uv")]
         else:
             cmd = pip + ["install", "--disable-pip-version-check", "--cache-dir", os.path.join(cache, "pip")]
         cmd += ["-q"] + install_args(build.index, pre) + [requirement(build)]
-        # A session of its own, ended as a whole on a signal, whatever the installer has started
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        output = []
-        reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
-        reader.start()
-        started = next_note = time.time()
-        while proc.poll() is None:
-            time.sleep(0.5)
-            if time.time() >= next_note + 30:
-                next_note = time.time()
+        started = time.time()
+
+        def note():
+            if time.time() - note.last >= 30:
+                note.last = time.time()
                 store = os.path.join(cache, kind)  # uv unpacks into its store, then links
                 say("  still installing %s: %.1f GB in the environment and the %s store so far, %ds" % (
-                    build.wheel, (du_bytes(partial) + du_bytes(store)) / GB, kind, next_note - started))
-        reader.join(5)
-        if proc.returncode != 0:
-            tail = "".join(l for l in output if "WARNING: Location" not in l)[-1500:]
+                    build.wheel, (du_bytes(partial) + du_bytes(store)) / GB, kind, note.last - started))
+        note.last = started
+        rc, output = children.run(cmd, every=note)
+        if rc != 0:
+            tail = "".join(l for l in output.splitlines(True) if "WARNING: Location" not in l)[-1500:]
             raise Untestable("%s could not install %s:\n%s" % (kind, build.wheel, tail.rstrip()))
         write_record(partial, build)
         os.rename(partial, final)
     except BaseException:
-        if proc is not None and proc.poll() is None:
-            end_group(proc)
         shutil.rmtree(partial, ignore_errors=True)
         raise
 
@@ -227,18 +223,12 @@ def needed_bytes(wheel_path=None, variant=None, index=None):
 def new_venv(path):
     """Makes a virtual environment as `python3 -m venv` makes one, pip included (and on Python 3.11
     setuptools, which torch 2.5's Inductor imports); returns the pip command that installs into it.
-    In a session of its own, ended as a whole on a signal: venv runs ensurepip as a child."""
-    proc = subprocess.Popen([sys.executable, "-m", "venv", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate()
-    except BaseException:
-        end_group(proc)
-        raise
-    if proc.returncode != 0:
+    Under a guard (children.py): venv runs ensurepip as a child, which must not outlive this."""
+    rc, output = children.run([sys.executable, "-m", "venv", path])
+    if rc != 0:
         raise UsageError("%s -m venv failed, and each torch under test needs its own virtual "
                          "environment: on Debian or Ubuntu, install python3-venv (%s)" % (
-                             sys.executable, " ".join(out.split() + err.split())[-200:]))
+                             sys.executable, " ".join(output.split())[-200:]))
     return [venv_python(path), "-m", "pip"]
 
 
@@ -249,14 +239,22 @@ def remove_venv(python):
 
 def discard(path):
     """Renamed out of the way first (NAME.removing is never taken for an environment), then
-    deleted: a removal cut short leaves nothing that looks whole."""
+    deleted, its mark last: a removal cut short leaves nothing that looks whole, and a leftover
+    that the next prune knows for this tool's. Only an environment this tool made (its build
+    record, or the mark of one under way): anything else at its name is in the way, and kept."""
     if os.path.islink(path):
         os.unlink(path)
         return
     gone = path + ".removing"
-    shutil.rmtree(gone, ignore_errors=True)
+    for folder in (path, gone):
+        if os.path.lexists(folder) and not is_own(folder, also=(RECORD,)):
+            raise UsageError("%s is in the way, and not bisect_torch.py's (no %s or %s in it): move it out of %s" % (
+                folder, RECORD, MARK, os.path.dirname(folder)))
+    mark(path)
+    if os.path.lexists(gone):
+        remove_own(gone, also=(RECORD,))
     os.rename(path, gone)
-    shutil.rmtree(gone)
+    remove_own(gone, also=(RECORD,))
 
 
 def touch(folder):
@@ -282,9 +280,9 @@ def du_bytes(path, seen=None):
 
 
 def disk_usage(cache):
-    """(per environment {name: (bytes of all its files, bytes only it holds)}, bytes of the stores'
-    files that no environment links, bytes of the whole cache): each file counted once, whatever
-    links to it, as the disk holds it."""
+    """(per environment {name: (bytes of all its files, bytes only it holds)}, per store there
+    {"uv" or "pip": bytes of its files that no environment links}, bytes of the whole cache): each
+    file counted once, whatever links to it, as the disk holds it."""
     owners, sizes = {}, {}
     for name, path, *_ in environments(cache):
         for dirpath, _, files in os.walk(path):
@@ -298,13 +296,15 @@ def disk_usage(cache):
         for name in names:
             total, only = per_env.get(name, (0, 0))
             per_env[name] = (total + sizes[key], only + (sizes[key] if len(names) == 1 else 0))
-    stores_only = 0
+    stores_only = {}
     for store in ("uv", "pip"):
+        if os.path.isdir(os.path.join(cache, store)):
+            stores_only[store] = 0
         for dirpath, _, files in os.walk(os.path.join(cache, store)):
             for f in files:
                 st = os.lstat(os.path.join(dirpath, f))
                 if (st.st_dev, st.st_ino) not in owners:
-                    stores_only += st.st_blocks * 512
+                    stores_only[store] += st.st_blocks * 512
     return per_env, stores_only, du_bytes(cache)
 
 
@@ -346,6 +346,7 @@ def prune(cache, keep=None, older_than_days=None, now=None):
         doomed = [(name, path) for i, (name, path, _, _, used, _) in enumerate(envs)
                   if (keep is not None and i >= keep) or (older_than_days is not None and now - used > older_than_days * 86400)]
         removed = [name for name, path in doomed if remove_unused(cache, name, path)]
+        say("removed %d environment%s: %s" % (len(removed), "" if len(removed) == 1 else "s", ", ".join(removed) or "-"))
         remove_leftovers(cache)
         prune_store(cache)
     finally:
@@ -367,15 +368,39 @@ def remove_unused(cache, name, path):
 
 
 def remove_leftovers(cache):
-    """NAME.partial and NAME.removing, and the downloads of processes that are gone: with the cache's
-    lock held exclusive no install is under way, so these were cut short."""
+    """What installs, removals and downloads cut short left, where it carries this tool's mark (an
+    environment's build record counts as one): with the cache's lock held exclusive no install is
+    under way, and a download is kept while the process that made it runs. What is named as this
+    tool named such leftovers before it marked them, but unmarked, is kept, and named with the
+    command that removes it: it may be the user's (`--cache ~` holds ~/downloads)."""
     root, downloads = venvs_dir(cache), downloads_dir(cache)
-    # only names this tool gives: torch-VERSION-HASH.partial, and a download folder named by its pid
-    found = [os.path.join(root, e) for e in listing(root) if e.startswith("torch-") and e.endswith(LEFTOVERS)]
-    found += [os.path.join(downloads, e) for e in listing(downloads) if e.isdigit() and not alive(e)]
-    for path in found:
-        if os.path.isdir(path) and not os.path.islink(path) and inside(cache, path):
-            shutil.rmtree(path, ignore_errors=True)
+    for e in listing(root):
+        path = os.path.join(root, e)
+        if not (e.startswith("torch-") and e.endswith(LEFTOVERS)) or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        if is_own(path, also=(RECORD,)) and inside(cache, path):
+            say("removing %s: left by an install or a removal cut short" % path)
+            remove_own(path, also=(RECORD,))
+        else:
+            unmarked(path, "a half-built or half-removed environment")
+    for e in listing(downloads):
+        path = os.path.join(downloads, e)
+        if is_own(path) and inside(cache, path):
+            if not alive(e.split("-")[0]):
+                say("removing %s: a download whose process is gone" % path)
+                remove_own(path)
+        elif e.isdigit() and os.path.isdir(path) and not os.path.islink(path) and all(
+                f.endswith(".whl") for f in os.listdir(path)):
+            unmarked(path, "a download cut short (a folder named by its process id)")
+    for e in listing(cache):  # a store made under another name, then renamed to CACHE/uv (caches.own_store)
+        path = os.path.join(cache, e)
+        if re.fullmatch(r"uv\.[0-9]+\.new", e) and is_own(path) and not alive(e.split(".")[1]):
+            remove_own(path)
+
+
+def unmarked(path, what):
+    say("keeping %s: no %s in it, though it is named as versions of bisect_torch.py before the mark named %s; "
+        "if it is one, remove it: rm -r -- %s" % (path, MARK, what, shlex.quote(path)))
 
 
 def alive(pid):
@@ -391,13 +416,20 @@ def alive(pid):
 def prune_store(cache):
     """Empties uv's store of the packages that no environment links any more (a file linked into an
     environment has more than one link), through `uv cache clean PACKAGE`, which keeps uv's index of
-    its store whole. Without uv, or for pip's wheel cache, nothing is removed."""
-    archives = os.path.join(cache, "uv", "archive-v0")
-    uv = find_uv()
-    if not uv or not os.path.isdir(archives):
+    its store whole; only a store this tool made (its mark): CACHE/uv may be uv's own cache
+    (`--cache ~/.cache`), used by uv for everything else. Says what it did. pip's wheel cache is
+    never emptied."""
+    store = os.path.join(cache, "uv")
+    archives = os.path.join(store, "archive-v0")
+    if os.path.islink(store) or not os.path.isdir(store):
+        return []
+    if not is_own(store):
+        say("keeping uv's store %s: not made by bisect_torch.py (no %s in it: uv's own cache, or a store an "
+            "older version made); if only bisect_torch.py used it, empty it with: uv cache clean --cache-dir %s" % (
+                store, MARK, shlex.quote(store)))
         return []
     linked = {}
-    for entry in os.listdir(archives):
+    for entry in listing(archives):
         path = os.path.join(archives, entry)
         if os.path.islink(path) or not os.path.isdir(path) or not inside(cache, path):
             continue
@@ -407,7 +439,20 @@ def prune_store(cache):
             key = re.sub(r"[-_.]+", "-", name).lower()
             linked[key] = linked.get(key, False) or in_use
     unused = sorted(name for name, in_use in linked.items() if not in_use)
-    if unused:
-        subprocess.run([uv, "cache", "clean", "--cache-dir", os.path.join(cache, "uv")] + unused,
-                       capture_output=True, text=True)
+    uv = find_uv()
+    if not unused:
+        say("bisect_torch.py's uv store %s: nothing to remove (each package in it is linked by an environment)" % store)
+    elif not uv:
+        say("bisect_torch.py's uv store %s: kept %d package%s that no environment links (%s): uv is not on PATH, "
+            "and only uv cleans its store" % (store, len(unused), "" if len(unused) == 1 else "s", ", ".join(unused)))
+    else:
+        before = du_bytes(store)
+        rc, output = children.run([uv, "cache", "clean", "--cache-dir", store] + unused)
+        freed = (before - du_bytes(store)) / GB
+        if rc != 0:
+            say("bisect_torch.py's uv store %s: `uv cache clean` failed (exit %d), %.2f GB freed: %s" % (
+                store, rc, freed, " ".join(output.split())[-300:]))
+        else:
+            say("removed %d package%s that no environment links from bisect_torch.py's uv store %s (%s): %.2f GB" % (
+                len(unused), "" if len(unused) == 1 else "s", store, ", ".join(unused), freed))
     return unused
