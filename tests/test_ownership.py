@@ -113,7 +113,9 @@ def test_the_hand_off_is_written_only_into_run_nsys_shs_temporary_file(tmp_path)
 STAND_IN_TORCH = {
     "torch/__init__.py": """import os, subprocess, sys, time
 mode = os.environ.get("STAND_IN_TORCH")
-if mode == "fails":
+if mode == "speaks":  # as the candidate says "not loaded" while torch imports
+    print("a stand-in torch speaking as it imports")
+if mode in ("fails", "speaks"):
     raise ImportError("a stand-in torch that cannot be imported")
 if mode == "sleeps" and "--_child" in sys.argv:  # the measured child, importing torch, starts one of its own
     grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", os.environ["STAND_IN_MARK"]])
@@ -122,6 +124,10 @@ if mode == "sleeps" and "--_child" in sys.argv:  # the measured child, importing
     time.sleep(600)
 """,
     "torch/utils/__init__.py": "",
+    "sitecustomize.py": """import os
+if os.environ.get("STAND_IN_TORCH") == "speaks":  # before any code of the bundle's runs
+    print("a sitecustomize speaking at start-up")
+""",
     "torch/utils/collect_env.py": """import os, subprocess, sys, time
 # as collect_env runs pip and nvidia-smi: a process of its own, here one that hangs
 grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", os.environ["STAND_IN_MARK"]])
@@ -260,6 +266,19 @@ def test_a_stdout_that_cannot_encode_the_paste_still_gets_it(args, rc):
         assert out.startswith("### ? Describe the bug\n") and "- **Verdict:** `reproduced` (exit 1)" in out
     else:
         assert "VERDICT: not_reproduced (exit 0)" in out
+
+
+# ------------------------------------------------------------------------------- what was said
+def test_what_start_up_and_torchs_import_printed_reaches_the_report(stand_in_torch, tmp_path):
+    """Issue 45: the candidate's 'not loaded' line, printed at start-up or as torch imports (2.8,
+    2.9.1), never reached the user: the parent kept the child's output for a crash report only."""
+    out = tmp_path / "r.json"
+    proc = run_judged("--device", "cpu", "--json", out, env=dict(stand_in_torch, STAND_IN_TORCH="speaks"))
+    assert proc.returncode == 125, proc.stderr
+    said = [(s["where"], s["text"]) for s in json.loads(out.read_text())["said"]]
+    assert said == [("at Python's start-up", "a sitecustomize speaking at start-up"),
+                    ("while torch imported", "a stand-in torch speaking as it imports")], said
+    assert "the measured child started" not in proc.stderr  # the child's marker is not passed on
 
 
 # ------------------------------------------------------------------------------- provenance

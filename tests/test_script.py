@@ -475,8 +475,6 @@ def test_what_a_change_says_while_torch_imports_is_caught_where_said_is_installe
 
 
 @pytest.mark.release  # a whole run under the revert and the candidate at once
-@pytest.mark.xfail(strict=True, reason="needs sac_repro/judge/cli.py's child() to install said.Said() before it "
-                   "imports torch, and to hand it to measure.child_main(said=...)")
 def test_the_candidates_not_loaded_line_reaches_the_report(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(SPEAKS_AT_IMPORT % (
         "%s/sac_repro/revert_fix" % ROOT, "%s/%s" % (ROOT, CANDIDATE)))

@@ -24,6 +24,7 @@ from ..exits import (codes_help, dies_with_parent, end_group, end_own_group, EXI
 from ..policy.policy_report import render_policy_markdown
 from .command import rerun_command, rerun_env
 from .render import changes_said, dynamo_lines, PROGRESS, render_markdown, render_text
+from .said import KEPT, Said
 from .inputs import load_bench, load_capture_run
 from .verdict import LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 
@@ -31,6 +32,7 @@ from .verdict import LOOP_RANGE, LOOPS, report_from_child, report_from_loops
 PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # sac_repro/
 SCRIPT = os.path.join(os.path.dirname(PACKAGE), "torch_compile_selective_activation_checkpoint.py")
 ENTRY = os.path.join(PACKAGE, "__main__.py")  # the child's command: the engine, which runs SCRIPT
+STARTED = PROGRESS + "the measured child started"  # not passed on: it marks where start-up's output ends
 
 
 class Parser(argparse.ArgumentParser):
@@ -309,14 +311,19 @@ def loops_only_exit(raw, env_file, argv):
 
 
 def child(script_path, args):
-    """In the child process: import the torch under test, then measure (measure.py)."""
+    """In the child process: import the torch under test, then measure (measure.py). What Python
+    code says from here on is caught (said.py): an in-process change may speak as torch imports."""
+    print(STARTED, flush=True)  # what the parent saw before this, Python's start-up said
+    said = Said().install()
+    said.where = "while torch imported"
     try:
         import torch  # noqa: F401
     except (Interrupted, KeyboardInterrupt):  # a signal, not a torch that fails to import
         raise
     except BaseException as e:
         return write_child_result(args.child_out, {
-            "status": "cannot_test", "reason": "torch failed to import: %s" % one_line(e)[:300]})
+            "status": "cannot_test", "reason": "torch failed to import: %s" % one_line(e)[:300],
+            "said": said.finish()})
     try:
         from . import measure
     except Exception as e:  # ours unless it broke inside torch's own imports
@@ -324,7 +331,7 @@ def child(script_path, args):
             "status": "our_bug" if raised_by_this_bundle(e) else "torch_error", "reason":
             "importing sac_repro.judge.measure: " + one_line(e), "traceback": traceback.format_exc()})
     return measure.child_main(script_path, args.child_out, args.device, args.loops_only, args.policy_report,
-                              bool(args.plot), args.ablation)
+                              bool(args.plot), args.ablation, said)
 
 
 def write_child_result(path, result):
@@ -395,9 +402,20 @@ def run_child(script_path, args):
         if not content:
             return {"status": "cannot_test", "show_log": True, "reason": "the torch under test "
                     "exited with code %d before giving a result" % rc}, text
-        return json.loads(content), text
+        return said_at_start_up(json.loads(content), text), text
     finally:
         os.unlink(out_path)
+
+
+def said_at_start_up(raw, text):
+    """The lines the child printed before its own code ran (a sitecustomize's, a .pth's: the
+    candidate's "not loaded"), which said.py, installed later, cannot catch: first in what was said."""
+    before, started, _ = text.partition(STARTED + "\n")
+    lines = [" ".join(line.split()) for line in before.splitlines() if line.strip()] if started else []
+    if lines:
+        raw["said"] = [{"where": "at Python's start-up", "kind": "output", "file": None, "text": line}
+                       for line in lines[:KEPT]] + raw.get("said", [])
+    return raw
 
 
 def write_trace(folder, path):
@@ -422,7 +440,7 @@ def pass_on_progress(stream, log):
     would leave the child blocked on a full pipe."""
     for line in stream:
         log.append(line)
-        if line.startswith(PROGRESS):
+        if line.startswith(PROGRESS) and line.rstrip("\n") != STARTED:
             try:
                 sys.stderr.write(line)
                 sys.stderr.flush()

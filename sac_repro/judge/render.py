@@ -55,8 +55,8 @@ NONE_SEEN = "none seen: Dynamo raised"
 def said_lines(report):
     """What the measured process printed or warned besides the bundle (an in-process change of
     torch, torch itself), as the child caught it (said.py), one line each, with where it came."""
-    return ["said (%s; %s from %s): %s" % (s["where"], s["kind"], shown_path(s["file"]) if s.get("file") else "?",
-                                           shown_text(s["text"])) for s in report.get("said") or []]
+    return ["said (%s; %s%s): %s" % (s["where"], s["kind"], " from " + shown_path(s["file"]) if s.get("file") else "",
+                                     shown_text(s["text"])) for s in report.get("said") or []]
 
 
 def shown_text(text):
