@@ -113,18 +113,23 @@ wait
 """
 
 
-@pytest.mark.parametrize("stage", ["venv", "install"])
+@pytest.mark.parametrize("stage", ["venv", "install", "repro"])
 def test_a_sigkill_to_a_bisect_leaves_no_process_of_its_tree(tmp_path, quick_venv, stage):
     """SIGKILL (the OOM killer, `timeout -s KILL`) to bisect_torch.py while it makes an environment:
     `python -m venv` and the child venv starts (ensurepip's pip), or the installer and the child it
-    started, die with it within seconds, wherever they were reparented. Every process of its tree
-    carries a tag in its environment, so none escapes the count."""
+    started, die with it within seconds, wherever they were reparented; so do the repro it runs
+    and the repro's measured child. Every process of its tree carries a tag in its environment, so
+    none escapes the count."""
     index = make_index(tmp_path / "index", "flat")
     tag, started = uuid.uuid4().hex, tmp_path / "started"
     env = dict(os.environ, SAC_TEST_TREE=tag, SLOW_VENV_STARTED=str(started))
     args = []
     if stage == "venv":
         env["PYTHONPATH"] = slow_venv(tmp_path / "fake")
+    elif stage == "repro":
+        env.update(hanging_child_env(tmp_path), SAC_TEST_TREE=tag, SAC_TEST_PIDFILE=str(started))
+        env.update(QUICK_VENV_TEMPLATE=quick_venv["QUICK_VENV_TEMPLATE"],
+                   PYTHONPATH=quick_venv["PYTHONPATH"] + os.pathsep + env["PYTHONPATH"])
     else:
         env.update(quick_venv)
         (tmp_path / "bin").mkdir()

@@ -42,7 +42,7 @@ def arm():  # in the command's process, before it runs
 
 def children():
     found = []
-    for entry in os.listdir("/proc"):
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         try:
             with open("/proc/%s/stat" % entry) as fh:
                 if entry.isdigit() and int(fh.read().rsplit(")", 1)[1].split()[1]) == guard:
