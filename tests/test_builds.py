@@ -574,6 +574,7 @@ def test_a_prune_empties_its_own_uv_store_of_what_no_environment_links_and_says_
     assert caches.is_own(store)  # still the bundle's store: the next install goes on using it
     (line,) = [l for l in out.splitlines() if "from bisect_torch.py's uv store" in l]
     assert "removed 1 package" in line and "sacstubdep" in line, line
+    assert "uv store %s: 0.00 GB that no environment links (cache --prune removes them, through uv)" % store in out
 
 
 @pytest.mark.unit
@@ -601,9 +602,14 @@ def test_a_users_own_file_named_as_the_hash_memo_is_read_never_written(tmp_path,
 def test_a_folder_at_an_environments_name_that_this_tool_did_not_make_is_kept(tmp_path):
     """Only an environment with its build record (or a marked one under way) is removed to be
     built again; anything else at its name is in the way, named, and left whole."""
-    theirs = tmp_path / "venvs" / "torch-2.9.1-0123456789abcdef"
+    build = builds.Build("w.whl", "2.9.1", "0123456789abcdef" * 4, "w.whl", None, None)
+    theirs = tmp_path / "venvs" / envs.env_name(build)
     (theirs / "bin").mkdir(parents=True)
     (theirs / "pyvenv.cfg").write_text("mine")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(exits.UsageError, match="in the way, and not bisect_torch.py's"):
+        envs.ensure_venv(build, str(tmp_path), "auto", 0)
+    assert "removing" not in out.getvalue()  # nothing said that did not happen
     with pytest.raises(exits.UsageError, match="in the way, and not bisect_torch.py's"):
         envs.discard(str(theirs))
     assert (theirs / "pyvenv.cfg").read_text() == "mine"
@@ -626,3 +632,19 @@ def test_only_a_marked_folder_is_removed_as_its_own(tmp_path):
     assert (theirs / "sub" / "keep.txt").read_text() == "mine" and os.path.islink(tmp_path / "link")
     caches.remove_own(ours)
     assert sorted(os.listdir(tmp_path)) == ["link", "theirs"]
+
+
+@pytest.mark.unit
+def test_without_uv_its_own_store_is_kept_and_it_says_so(tmp_path, monkeypatch, capsys):
+    """Only uv cleans uv's store: without uv, a prune removes nothing from it, and neither the
+    prune nor the listing says that it does."""
+    from sac_repro.bisecting import bisect_torch
+    cache = tmp_path / "cache"
+    caches.own_store(str(cache), "uv")
+    store_with_a_package(cache / "uv", tmp_path)
+    before = snapshot(cache / "uv")
+    monkeypatch.setattr(envs, "find_uv", lambda: None)
+    envs.prune(str(cache), keep=0)
+    assert snapshot(cache / "uv") == before
+    assert "kept 1 package that no environment links (sacstubdep): uv is not on PATH" in capsys.readouterr().out
+    assert bisect_torch.store_fate(str(cache), "uv") == "cache --prune keeps them: uv is not on PATH"

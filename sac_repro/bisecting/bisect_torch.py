@@ -391,12 +391,19 @@ def cache(args):
         say("    %s sha256 %s git %s from %s" % (record.get("wheel", "?"), record.get("sha256", "? (no build record)"),
                                                git_version or "?", record.get("index", "?")))
     for store, only in sorted(stores_only.items()):
-        say("%s store %s: %.2f GB that no environment links (%s)" % (
-            store, os.path.join(root, store), only / caches.GB, "cache --prune removes them, through uv"
-            if store == "uv" and caches.is_own(os.path.join(root, store)) else "cache --prune keeps it: " + (
-                "pip's wheel cache" if store == "pip" else "not made by bisect_torch.py")))
+        say("%s store %s: %.2f GB that no environment links (%s)" % (store, os.path.join(root, store), only / caches.GB,
+                                                                     store_fate(root, store)))
     say("total on disk: %.2f GB (each file counted once: environments share the store's files)" % (total / caches.GB))
     return 0
+
+
+def store_fate(root, store):
+    """What a prune does to a store: only to its own uv store, and only through uv."""
+    if store == "pip":
+        return "cache --prune keeps it: pip's wheel cache"
+    if not caches.is_own(os.path.join(root, store)):
+        return "cache --prune keeps it: not made by bisect_torch.py"
+    return "cache --prune removes them, through uv" if envs.find_uv() else "cache --prune keeps them: uv is not on PATH"
 
 
 # --------------------------------------------------------------------------- command line

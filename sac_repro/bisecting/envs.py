@@ -146,6 +146,7 @@ def build_venv(build, final, cache, installer, needed, pre):
         try:
             why = unusable(final, build)  # another install of it may have ended meanwhile
             if why and os.path.lexists(final):
+                refuse_unless_own(final)
                 say("the environment %s %s: removing it and installing it again" % (name, why))
                 discard(final)
             if why:
@@ -246,15 +247,19 @@ def discard(path):
         os.unlink(path)
         return
     gone = path + ".removing"
-    for folder in (path, gone):
-        if os.path.lexists(folder) and not is_own(folder, also=(RECORD,)):
-            raise UsageError("%s is in the way, and not bisect_torch.py's (no %s or %s in it): move it out of %s" % (
-                folder, RECORD, MARK, os.path.dirname(folder)))
+    refuse_unless_own(path, gone)
     mark(path)
     if os.path.lexists(gone):
         remove_own(gone, also=(RECORD,))
     os.rename(path, gone)
     remove_own(gone, also=(RECORD,))
+
+
+def refuse_unless_own(*folders):
+    for folder in folders:
+        if os.path.lexists(folder) and not is_own(folder, also=(RECORD,)):
+            raise UsageError("%s is in the way, and not bisect_torch.py's (no %s or %s in it): move it out of %s" % (
+                folder, RECORD, MARK, os.path.dirname(folder)))
 
 
 def touch(folder):
