@@ -264,7 +264,7 @@ def _compiled_parts(fn):
 
 def _region_template(f, /, *args, **kwargs):  # f positional-only: f's own may be "f"
     return torch.utils.checkpoint.checkpoint(
-        f, *args, use_reentrant=False, context_fn=sac_context_fn, **kwargs  # noqa: F821
+        f, *args, use_reentrant=False, context_fn=sac_context_fn, **kwargs  # type: ignore[name-defined]  # noqa: F821
     )
 
 
