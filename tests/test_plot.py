@@ -249,3 +249,41 @@ def test_the_picture_of_an_nsys_report_comes_from_its_sqlite_export(fake_nsys, t
     rc, stdout, stderr = fake_nsys("csv", "capture.nsys-rep", "--plot", tmp_path / "p.png")
     assert rc == 1, stderr
     assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
+
+
+# ------------------------------------------------------------------------------ legibility
+def text_overlaps(fig):
+    """Each pair of the figure's visible texts whose boxes overlap, as drawn (tick labels, titles,
+    the notes and counts in the panels, the legend)."""
+    import itertools
+    import matplotlib.text
+    renderer = fig.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in fig.findobj(matplotlib.text.Text)
+             if t.get_visible() and t.get_text().strip()]
+    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+
+
+@pytest.fixture
+def drawn_figures(monkeypatch):
+    """The figures the pictures draw, kept open to be measured."""
+    plt, figures = plot.pyplot(), []
+    monkeypatch.setattr(plt, "close", figures.append)
+    return figures
+
+
+@pytest.mark.parametrize("name", sorted(CHILDREN))
+def test_no_label_of_the_profiler_picture_overlaps_another(tmp_path, name, drawn_figures):
+    """Issue 46: the policy panel's "saved: 2" sat on the axis' tick "2"."""
+    report = verdict.report_from_child(recorded(CHILDREN[name]), "regression", False)
+    plot.draw_report(report, str(tmp_path / "p.png"))
+    assert text_overlaps(drawn_figures[-1]) == []
+
+
+def test_no_label_of_the_capture_pictures_overlaps_another(tmp_path, drawn_figures):
+    from sac_repro.judge import captures
+    for capture in (("h200-torch2.11", "full_nvtx_kern_sum.csv"), ("h200-torch2.11-fix-reverted", "capture.sqlite")):
+        report = verdict.report_from_loops(captures.load_ranges(data(*capture), "nsys"), "nsys x", "regression", False)
+        timeline = captures.timeline_from_sqlite(data(*capture), verdict.LOOP_RANGE, verdict.LOOPS) \
+            if capture[1].endswith(".sqlite") else None
+        plot.draw_report(report, str(tmp_path / "p.png"), timeline)
+        assert text_overlaps(drawn_figures[-1]) == [], capture

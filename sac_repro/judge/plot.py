@@ -176,7 +176,8 @@ def draw_policy_panel(ax, report, names):
                     bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
     if baseline is not None:
         ax.axvline(baseline, color="black", lw=1, ls="--")
-        ax.text(baseline, -0.05, "saved: %d" % baseline, fontsize=7, ha="center", va="top")
+        # inside the panel's top edge, right of its line: below the axis it sat on the tick of the same number
+        ax.text(baseline, len(names) + 0.05, " saved: %d" % baseline, fontsize=7, ha="left", va="top")
     ax.set_ylim(0, len(names) + 0.1)
     ax.set_yticks([])
     ax.set_xlim(0, max(list(counts.values()) + [baseline or 0, 1]) + 1)
