@@ -271,3 +271,16 @@ def test_what_the_run_said_names_paths_as_a_paste_does(monkeypatch):
     assert line.endswith("not loaded: reverted (by sac_repro/revert_fix/sitecustomize.py); see "
                          "~/patches/sitecustomize.py")
     assert ROOT not in md and "/home/someone" not in md.split("### Versions")[0]
+
+
+def test_a_policy_subject_that_was_not_counted_says_why():
+    """Issue 46: 'with_context not measured (on CPU only matmuls inside compiled code can be
+    counted)' was said of calls that raised; the CPU counts every matmul since."""
+    report = verdict.report_from_child(recorded(REVERTED), "regression", False)
+    (line,) = [l for l in render.render_text(report).splitlines() if l.startswith("policy (MUST_SAVE aten.mm), ")]
+    assert "with_context not measured (its calls raised);" in line and "on CPU only" not in line
+    raw = recorded(FIXED)
+    raw["scenarios"][verdict.CASE].pop("backward_matmuls")
+    raw["scenarios"][verdict.CASE]["backward_error"] = "RuntimeError: boom"
+    report = verdict.report_from_child(raw, "regression", False)
+    assert "with_context not measured (its backward raised);" in render.render_text(report)

@@ -278,13 +278,26 @@ def test_the_paste_places_each_finding_by_ablation(fixed_run, reverted_run):
                "(the second finding is Inductor's)")
     assert report["ablation"]["reading"] == reading
     assert "**Ablation**, the case under each backend (what the template asks): %s." % reading in markdown
-    assert "| aot_eager | yes | aten.add.Tensor, aten.mm.default, aten.mul.Tensor, aten.t.default | - |" in markdown
+    assert "| aot_eager | yes | aten.add.Tensor, aten.mm.default, aten.mul.Tensor, aten.t.default | 2 |" in markdown
     assert report["inductor_extern_mm"].startswith("extern_kernels.mm(") and "out=" in report["inductor_extern_mm"]
     assert "calls the matmul as `%s`" % report["inductor_extern_mm"] in markdown
     _, reverted, _, _, reverted_markdown = reverted_run
     assert reverted["ablation"]["reading"] == "Dynamo: it skipped f under SAC whatever the backend (#161889 is Dynamo's)"
     assert not any(r["frame_compiled"] for r in reverted["ablation"]["rows"])
     assert "calls the matmul as" not in reverted_markdown
+
+
+def test_the_cpu_counts_backward_matmuls_for_every_backend_and_scenario(fixed_run):
+    """Issue 46: on the CPU three of five ablation rows, and eager SAC's scenario, said '-': only
+    matmuls inside Inductor's graphs were counted. An aten::mm that computes nothing (SAC's cache,
+    or checkpoint's early stop: only aten::detach under it) is told from one that computes, so every
+    backend counts: 2 (the forward matmul not run again) up to aot_eager_decomp_partition, 3 with
+    inductor, where the compiled region is recomputed whole."""
+    _, report, _, _, _ = fixed_run
+    counts = {r["backend"]: r["backward_matmuls"] for r in report["ablation"]["rows"]}
+    assert counts == {"eager": 2, "aot_eager": 2, "aot_eager_decomp_partition": 2, "inductor": 3,
+                      "inductor + wrap_inductor_compiled_regions": 3}, counts
+    assert report["scenarios"][verdict.EAGER_SAC]["backward_matmuls"] == report["policy"]["baseline"] == 2
 
 
 def test_the_plain_run_offers_the_ablation(fixed_run):

@@ -154,7 +154,7 @@ def absent_bars(report, names):
         elif s.get("refused"):
             out[name] = "not counted: the calls raised"
         elif "backward_matmuls" in s and report.get("device") != "cuda":
-            out[name] = "not counted: on the CPU a matmul\nSAC serves from its cache looks computed"
+            out[name] = "not counted: recorded when the CPU\ncounted matmuls in compiled code only"
         elif "backward_matmuls" in s:
             out[name] = "not counted on this device"
         else:

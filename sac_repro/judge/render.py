@@ -101,20 +101,30 @@ def loop_kernel_lines(report):
     return out
 
 
-def policy_lines(policy):
+def not_counted(policy, scenarios, name):
+    """Why a scenario's backward has no count: its calls or its backward raised; or, in a run
+    recorded before the CPU told a matmul that computes from one that does not, the CPU."""
+    if name in (policy.get("backward_matmuls") or {}):
+        return "not measured" + (" (on CPU only matmuls inside compiled code can be counted)"
+                                 if policy.get("device") == "cpu" else "")
+    s = (scenarios or {}).get(name) or {}
+    return "not measured" + (" (its calls raised)" if s.get("refused_calls") else
+                             " (its backward raised)" if s.get("backward_error") else "")
+
+
+def policy_lines(policy, scenarios=None):
     if not policy:
         return []
     if not policy.get("trusted"):
         out = ["policy (MUST_SAVE aten.mm): %s" % policy.get("reason", "not measured")]
     else:
         c = policy["backward_matmuls"]
-        word = {True: "RECOMPUTED (policy ignored)", False: "saved", None: "not measured"}
-        if policy.get("device") == "cpu":
-            word[None] += " (on CPU only matmuls inside compiled code can be counted)"
+        word = {True: "RECOMPUTED (policy ignored)", False: "saved"}
         parts = []
         for name in (CASE, WORKAROUND):
-            n, verdict = c.get(name), word[policy["%s_matmul_recomputed_in_backward" % name]]
-            parts.append("%s %s" % (name, verdict) if n is None else "%s %s -> %s" % (name, n, verdict))
+            n, recomputed = c.get(name), policy["%s_matmul_recomputed_in_backward" % name]
+            parts.append("%s %s" % (name, not_counted(policy, scenarios, name)) if recomputed is None
+                         else "%s %s -> %s" % (name, n, word[recomputed]))
         out = ["policy (MUST_SAVE aten.mm), matmuls computed in one backward: %d where the forward "
                "matmul is saved; %s" % (policy["baseline"], "; ".join(parts))]
     seen = policy.get("ops_seen") or {}
@@ -259,7 +269,7 @@ def render_text(report):
                    % (n, " was" if n == 1 else "s were"))
     out += dynamo_lines(report)
     out += said_lines(report)
-    out += policy_lines(report["policy"])
+    out += policy_lines(report["policy"], report["scenarios"])
     if extern_mm_met(report) and policy_section(report):
         out.append("inductor's output code calls: " + report["inductor_extern_mm"])
     out += ablation_lines(report)
