@@ -150,8 +150,9 @@ def stage_1(files):
     out[CHECKPOINT] = edit(ck, ignored + "        proxy_mode = None\n",
                            ignored + "        _sac_compiled_fn.on_policy_query(func)\n\n        proxy_mode = None\n",
                            CHECKPOINT)
-    oc = after(files[OUTPUT_CODE], "from torch.utils._python_dispatch import is_in_torch_dispatch_mode\n",
-               "from torch.utils import _sac_compiled_fn\n", OUTPUT_CODE)
+    # where isort puts it: "torch.utils" before "torch.utils._ordered_set"
+    oc = edit(files[OUTPUT_CODE], "from torch.utils._ordered_set import OrderedSet\n",
+              "from torch.utils import _sac_compiled_fn\nfrom torch.utils._ordered_set import OrderedSet\n", OUTPUT_CODE)
     oc = edit(oc, "        # context after leaving the compile_context manager.\n        try:\n",
               "        # context after leaving the compile_context manager.\n"
               "        # A SAC policy asked while this code runs sees its calls, not the compiled ops.\n"
