@@ -29,7 +29,7 @@ def test_a_reverted_run_says_so_in_every_output(reverted_run):
     assert report["torch_changes"][0]["file"] == os.path.join(REVERT, "sitecustomize.py")
     env_line = text.splitlines()[0]                                                     # the text
     assert env_line.endswith("| changed: the 2.10 fix reverted in-process (sac_repro/revert_fix/sitecustomize.py)")
-    assert "torch 2.13" in markdown and "**the 2.10 fix reverted in-process" in markdown.splitlines()[8]
+    assert "torch 2.13" in markdown.splitlines()[8] and "with the 2.10 fix reverted in-process**" in markdown.splitlines()[6]
     assert changes.REVERTED in plot.title(report)                                       # --plot
 
 
@@ -127,7 +127,8 @@ def test_dynamo_reason_is_in_the_report_whole(reverted_run):
     assert not any(l.startswith("hint:") for l in lines)  # the line a hint would point to is there
     actual = next(l for l in markdown.splitlines() if l.startswith("- **Actual:**"))
     assert actual.startswith("- **Actual:** 3 of 3 calls under SAC ran eagerly, then raised (no compiled code, eager "
-                             "aten::add, aten::mul; Dynamo s")
+                             "aten::add, aten::mul; then RuntimeError: torch.compile with fullgraph=True found no "
+                             "compiled frames.), while all 3 calls of the control ran compiled code; Dynamo said `")
     assert "Dynamo said `%s`" % DYNAMO_REASON in actual
     raised = next(l for l in lines if l.startswith("the report's loops raised"))
     assert raised.endswith("RuntimeError: torch.compile with fullgraph=True found no compiled frames.")
@@ -139,20 +140,21 @@ def test_a_shipped_torch_shows_no_dynamo_skip(fixed_run):
 
 
 def test_one_finding_per_heading(fixed_run, reverted_run):
-    fixed = fixed_run[4].split("<details>")[0].splitlines()
-    assert fixed[6] == ("**This run does not reproduce pytorch/pytorch#161889**, which is fixed from torch "
-                        "2.10.0: the compiled f ran compiled code under SAC in all 3 calls.")
-    heading = fixed.index("#### A second finding: the policy never sees the compiled matmul")
-    before, after = "\n".join(fixed[:heading]), "\n".join(fixed[heading:])
-    assert "MUST_SAVE" not in before and "aten.mm" not in before  # the bug, and only the bug, first
-    assert "pytorch/pytorch#175229" in after and "docs/policy.md" in after and "policy (MUST_SAVE aten.mm)" in after
-    reverted = reverted_run[4].split("<details>")[0]
+    """The bug, and only the bug, first; the second finding after the next step, in one sentence."""
+    from sac_repro.judge import render
+    fixed = fixed_run[4].splitlines()
+    assert fixed[6] == "**This run does not reproduce pytorch/pytorch#161889**, which is fixed from torch 2.10.0."
+    (finding,) = [i for i, l in enumerate(fixed) if l.startswith(render.SECOND_FINDING)]
+    before = "\n".join(l for l in fixed[:finding] if not l.startswith(("`", "|")) and "policy" not in l.lower()
+                       and not l.startswith(("#", "    ", "def ", "ops_to_save", "context_fn")))
+    assert "MUST_SAVE" not in before and "aten.mm" not in before, before
+    assert "pytorch/pytorch#175229" in fixed[finding] and "never `aten.mm.default`" in fixed[finding]
+    assert fixed_run[4].count("| arrangement |") == 1  # its table, collapsed below it
+    reverted = reverted_run[4]
     # from 2.12 Dynamo raises where it skips a fullgraph=True f, once f has run eagerly
     assert reverted.splitlines()[6] == ("**This run reproduces pytorch/pytorch#161889 with the 2.10 fix reverted "
-                                        "in-process on torch 2.13.0+cpu**: the compiled f ran eagerly under SAC in 3 "
-                                        "of 3 calls, then raised (Dynamo skipped it, and with fullgraph=True "
-                                        "torch.compile raised once f had run).")
-    assert "second finding" not in reverted
+                                        "in-process**: the compiled f ran eagerly under SAC in 3 of 3 calls, then raised.")
+    assert "second finding" not in reverted and render.SECOND_FINDING not in reverted
 
 
 def test_a_revert_of_one_mode_of_two_is_a_revert():

@@ -5,15 +5,12 @@ evidence (and the bench's cost, when its JSON is given).
 import os
 
 from ..judge.changes import REVERTED
-from ..judge.render import (asked_ops, changes_said, command_line, markdown_table, policy_actual, said_lines, torch_line,
-                            under_sac, versions_details)
+from ..judge.command import command_line
+from ..judge.phrases import (asked_ops, changes_said, markdown_table, policy_actual, POLICY_HEADER, policy_rows,
+                             said_lines, torch_line, under_sac, versions_details)
 from ..judge.verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, WORKAROUND, WRAPPED
 
 POLICY_SNIPPET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_snippet.py")
-POLICY_ROWS = ((CASE, "`sac(compile(f))`, the report's pattern"),
-               (WORKAROUND, "`compile(sac(f))`, the checkpoint inside the compiled region"),
-               ("eager_sac", "eager SAC, no compile"),
-               (WRAPPED, "`sac(compile(f))` with `wrap_inductor_compiled_regions=True`"))
 
 
 def policy_snippet():
@@ -46,8 +43,7 @@ def render_policy_markdown(report, command, collect_env, bench=None):
         changed = report.get("torch_changes")
         out += ["**This run does not show it**: %s%s. The measurements follow." % (
             policy_actual(report), "; torch was changed in-process: %s" % changes_said(changed) if changed else ""), ""]
-        out += markdown_table(policy_rows(report), ("arrangement", "the policy was asked about (forward)",
-                                                    "matmuls computed in one backward", "forward matmul"))
+        out += markdown_table(policy_rows(report), POLICY_HEADER)
         return "\n".join(out + [""] + versions_details(report["env"], collect_env))
     out += ["Since 2.10 a compiled function called inside SAC (`checkpoint(..., use_reentrant=False, "
             "context_fn=create_selective_checkpoint_contexts(policy))`) runs compiled. But the policy is "
@@ -62,8 +58,7 @@ def render_policy_markdown(report, command, collect_env, bench=None):
             "- **Expected:** under `sac(compile(f))` the policy is asked about `aten.mm.default`, and its "
             "`MUST_SAVE` keeps the forward matmul out of backward, as under `compile(sac(f))`.",
             "- **Actual:** %s." % policy_actual(report), ""]
-    out += markdown_table(policy_rows(report), ("arrangement", "the policy was asked about (forward)",
-                                                "matmuls computed in one backward", "forward matmul"))
+    out += markdown_table(policy_rows(report), POLICY_HEADER)
     out += ["", "Measured by this bundle's run (torch.profiler, %s; the report's policy in every row): %s." % (
         report["device"], "with a baseline of %d matmuls where the forward matmul is saved (compiled f, no "
         "checkpoint)" % report["policy"]["baseline"] if report["policy"].get("trusted")
@@ -77,12 +72,6 @@ def render_policy_markdown(report, command, collect_env, bench=None):
     return "\n".join(out)
 
 
-def asked_about(report, name):
-    seen = (report["policy"].get("ops_seen") or {}).get(name)
-    return ", ".join("`%s -> %s`" % (op, d) for op, d, _ in
-                     sorted(seen, key=lambda r: (r[1] != "MUST_SAVE", r[0]))) if seen else "-"
-
-
 def backward_said(report, name):
     """What this run measured of the forward matmul in `name`'s backward."""
     p = report["policy"]
@@ -90,20 +79,6 @@ def backward_said(report, name):
     if recomputed is None or n is None:
         return "whether backward reran the forward matmul was not measured"
     return "backward computed %d matmuls: the forward matmul %s" % (n, "ran again" if recomputed else "was saved")
-
-
-def policy_rows(report):
-    p = report["policy"]
-    counts = p.get("backward_matmuls") or {}
-    rows = []
-    for name, label in POLICY_ROWS:
-        if name not in report["scenarios"]:
-            continue
-        recomputed = p.get("%s_matmul_recomputed_in_backward" % name)
-        n = counts.get(name)
-        rows.append((label, asked_about(report, name), "-" if n is None else str(n),
-                     {True: "**recomputed**", False: "saved", None: "not measured"}[recomputed]))
-    return rows
 
 
 def supported_and_open(report, bench):
