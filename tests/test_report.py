@@ -12,6 +12,9 @@ from conftest import data, judge, recorded as recorded_child, REVERTED_CSV, ROOT
 from sac_repro.judge import render, verdict
 
 EXPECTED_OUTPUT = os.path.join(ROOT, "expected_output.md")
+TRANSCRIPTS = os.path.join(ROOT, "docs", "transcripts")
+RUN_NSYS_TRANSCRIPT = os.path.join(TRANSCRIPTS, "h200-run-nsys-hunt-fix.md")
+REVERTED_PASTE_TRANSCRIPT = os.path.join(TRANSCRIPTS, "cpu-reverted-markdown.md")
 SEED_LINES = ["ops_to_save = [", "torch.ops.aten.mm.default,", "def policy_fn(ctx, op, *args, **kwargs):",
               "return CheckpointPolicy.MUST_SAVE", "f_compiled = torch.compile(f, fullgraph=True, dynamic=True)",
               "checkpoint_fn_with_context(f_compiled, x, y)"]
@@ -83,16 +86,16 @@ def test_a_fixed_torch_paste_gives_the_status_the_fix_and_the_next_step(fixed_ma
 
 
 # --------------------------------------------------------------------- expected_output.md drift
-def recorded_section(heading):
-    """The whole block of expected_output.md under `heading`."""
-    text = open(EXPECTED_OUTPUT).read()
+def recorded_section(heading, path=EXPECTED_OUTPUT):
+    """The whole block of expected_output.md (or of a transcript) under `heading`."""
+    text = open(path).read()
     section = text[text.index(heading):]
     return section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
 
 
-def recorded_block(heading):
-    """(header lines, transcript lines) of the block of expected_output.md under `heading`."""
-    header, transcript = recorded_section(heading).split("```\n", 1)
+def recorded_block(heading, path=EXPECTED_OUTPUT):
+    """(header lines, transcript lines) of the block of expected_output.md (or a transcript) under `heading`."""
+    header, transcript = recorded_section(heading, path).split("```\n", 1)
     return header.splitlines(), transcript.split("\n```", 1)[0].splitlines()
 
 
@@ -104,8 +107,10 @@ def drift_lines(lines):
     lines = lines[:next((i for i, l in enumerate(lines) if l.startswith("<details><summary>Versions")), len(lines))]
     kept = [l for l in lines if l.startswith(("VERDICT:", "policy (MUST_SAVE", "policy was asked about:",
                                                 "f_compiled_with", "- **", "**This ", "#### ", "Not pytorch/",
-                                                "dynamo (", "the report's loops raised", "hint:"))
-            or re.match(r"\s+\d+ x \S", l)]
+                                                "dynamo (", "the report's loops raised", "hint:", render.SECOND_FINDING,
+                                                "**Ablation**", "| `sac(compile", "| `compile(sac", "| eager SAC",
+                                                "| eager |", "| aot_eager", "| inductor"))
+            or "**To run it:**" in l or re.match(r"\s+\d+ x \S", l)]
     # the environment is the machine's, but not what changed its torch in-process
     kept += ["changed: " + l.partition(" | changed: ")[2] for l in lines if l.startswith("environment:")]
     return kept, table_shape(lines)
@@ -176,7 +181,7 @@ def test_the_recorded_transcripts_are_what_the_code_prints_today(heading, child,
 def test_the_h200_run_nsys_transcript_is_what_the_code_prints_today(tmp_path):
     """The transcript judged its capture twice, with --hunt-fix and plainly; the recorded capture
     of the same kind (tests/data/h200-torch2.11-fix-reverted/) must read the same today."""
-    _, recorded = recorded_block("## H200, torch 2.11 with the fix reverted in-process: `run_nsys.sh")
+    _, recorded = recorded_block("# H200, torch 2.11 with the fix reverted in-process: `run_nsys.sh", RUN_NSYS_TRANSCRIPT)
     runs = transcript_runs([l for l in recorded if not l.startswith(("run_nsys", "+ ", "sac-repro:"))])
     assert len(runs) == 3  # the capture run's own lines, then the two judged reports
     # the capture's own judge gets the capture run's hand-off (recorded beside the capture); the
@@ -204,6 +209,17 @@ def test_the_markdown_transcript_is_what_the_code_prints_today(fixed_run):
     cut = re.fullmatch(r"\[\.\.\. torch_compile_selective_activation_checkpoint\.py, the script file, "
                        r"(\d+) lines, cut here \.\.\.\]\n", code_block(section))
     assert cut and int(cut.group(1)) == len(code_block(markdown).splitlines()), code_block(section)[:300]
+
+
+def test_the_reverted_markdown_transcript_is_what_the_code_prints_today(reverted_run):
+    """docs/transcripts/cpu-reverted-markdown.md: the paste of 2.13 with the fix reverted, its revert inline."""
+    recorded = recorded_section("# `--markdown` (2.13.0 with the fix reverted", REVERTED_PASTE_TRANSCRIPT).splitlines()
+    _, report, _, _, markdown = reverted_run
+    if not report["torch_version"].startswith("2.13.0"):
+        pytest.skip("the recorded block is of torch 2.13.0; this is %s" % report["torch_version"])
+    assert drift_lines(recorded) == drift_lines(markdown.splitlines())
+    revert = re.search(r"revert/sitecustomize.py \(undoes the 2.10 fix\).*?```python\n(.*?)```", "\n".join(recorded), re.S)
+    assert revert and revert.group(1) == render.report_code(render.REVERT_FILE)
 
 
 @pytest.mark.unit
