@@ -91,6 +91,15 @@ for p in sac_repro/upstream/000*.patch; do
     echo "== $p" >> "$out/patch.log"
     (cd "$site" && patch -p1 --forward --batch -F3 -i "$bundle/$p") >> "$out/patch.log" 2>&1 || applied=candidate
 done
+# a hunk placed by fuzz may break the file it lands in (2.11's output_code.py did): the copy must
+# compile and import, or the candidate stands in
+if [ "$applied" = series ] && ! PYTHONPATH="$site" "$python" -c "import py_compile, sys, torch
+for f in ('utils/checkpoint.py', 'utils/_sac_compiled_fn.py', '_inductor/output_code.py', '_dynamo/eval_frame.py'):
+    py_compile.compile(torch.__path__[0] + '/' + f, doraise=True)
+import torch._inductor.output_code, torch.utils._sac_compiled_fn
+assert torch.__file__.startswith(sys.argv[1])" "$site" >> "$out/patch.log" 2>&1; then
+    applied=candidate
+fi
 echo "series applied to a copy of $site_packages/torch: $applied ($(grep -cE 'offset|fuzz' "$out/patch.log") hunks with an offset or fuzz, $(grep -c FAILED "$out/patch.log") failed)" | tee -a "$steps"
 mv "$site/test" "$work/test"
 sed -i 's/^from torch.testing._internal.triton_utils import requires_gpu_and_triton$/from torch.testing._internal.triton_utils import requires_cuda_and_triton, requires_gpu_and_triton/' \
@@ -124,7 +133,8 @@ import json, os, re, sys
 out, applied = sys.argv[1], sys.argv[2]
 REPORTED, WORKAROUND = "sac(compile(block)) [reported]", "compile(sac(block)) [workaround]"
 what = {"series": "the series applied to a copy of torch, its switch on / off",
-        "candidate": "the series did not apply: the in-process candidate (the same module) / no candidate"}[applied]
+        "candidate": "the series did not apply, or its copy did not compile or import (patch.log): the in-process "
+                     "candidate (the same module) / no candidate"}[applied]
 print("what ran: " + what)
 runs = {m: json.load(open(os.path.join(out, "bench_%s.json" % m))) for m in ("on", "off")
         if os.path.exists(os.path.join(out, "bench_%s.json" % m))}
