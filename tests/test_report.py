@@ -335,3 +335,20 @@ def test_the_docs_say_what_a_call_that_raised_ran():
         assert words in output, words
     for key in ("eager_then_raised_calls", "calls_refused", "`said`", "`eager_ops`"):
         assert key in docs["json.md"], key
+
+
+@pytest.mark.unit
+def test_the_files_the_docs_ask_a_user_to_make_here_are_ignored_by_git():
+    """Issue 46: evidence.png and trace.tar.gz, made in the bundle's folder as the README says,
+    showed up as new files to commit."""
+    if not os.path.isdir(os.path.join(ROOT, ".git")):
+        pytest.skip("not a git checkout")
+    docs = [os.path.join(ROOT, "README.md")] + [os.path.join(ROOT, "docs", f) for f in os.listdir(os.path.join(ROOT, "docs"))
+                                                if f.endswith(".md")]
+    made = set()
+    for path in docs:
+        made |= set(re.findall(r"(?:--plot|--trace|--json|--bench-json) ([a-z][\w.-]*\.(?:png|svg|json|tar\.gz))", open(path).read()))
+    assert {"evidence.png", "trace.tar.gz", "bench.json"} <= made, made
+    for name in sorted(made):
+        rc = subprocess.run(["git", "-C", ROOT, "check-ignore", "-q", name], capture_output=True).returncode
+        assert rc == 0, "%s, which the docs ask a user to make in this folder, is not in .gitignore" % name
