@@ -283,3 +283,26 @@ def test_a_policy_subject_that_was_not_counted_says_why():
     raw["scenarios"][verdict.CASE]["backward_error"] = "RuntimeError: boom"
     report = verdict.report_from_child(raw, "regression", False)
     assert "with_context not measured (its backward raised);" in render.render_text(report)
+
+
+# ------------------------------------------------------- the attached picture and the trace (issue 46)
+def test_the_attached_picture_has_its_caption_in_the_paste():
+    report, md = markdown(recorded(FIXED))
+    assert "The picture" not in md
+    report["plot"] = "/somewhere/evidence.png"
+    md = render.render_markdown(report, "python3 -m sac_repro --markdown", SCRIPT, None)
+    block = md.split("<details><summary>The picture, <code>evidence.png</code></summary>")[1].split("</details>")[0]
+    assert "green: compiled code; orange: f's eager ops and kernels; blue: matmuls" in block
+    assert "matmuls computed in one backward per scenario" in block and "/somewhere" not in md
+
+
+def test_the_trace_note_points_to_dynamos_lines_only_where_there_are_some():
+    """'a skip is only in its debug log (the `dynamo` lines)' ended a paste that had none."""
+    trace = {"path": "/somewhere/trace.tar.gz", "logs": ["a.log", "b.log"]}
+    for raw, where in ((recorded(FIXED), "this run caught none"), (recorded(REVERTED), "under Error logs")):
+        report = verdict.report_from_child(copy.deepcopy(raw), "regression", False)
+        report["trace"] = trace
+        md = render.render_markdown(report, "python3 -m sac_repro --markdown", SCRIPT, None)
+        note = md.split("<details><summary>The TORCH_TRACE logs, <code>trace.tar.gz</code></summary>")[1]
+        assert "a skip is only in Dynamo's debug log (%s)." % where in note.split("</details>")[0]
+        assert "`dynamo` lines" not in md and md.count("The TORCH_TRACE logs") == 1
