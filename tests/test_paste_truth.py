@@ -2,6 +2,7 @@
 the policy report speaks of the policy only where f compiled, and names a change where one ran;
 a capture judged alone says what it does not know. From recorded children and captures: no torch."""
 import copy
+import os
 
 import pytest
 
@@ -306,3 +307,12 @@ def test_the_trace_note_points_to_dynamos_lines_only_where_there_are_some():
         note = md.split("<details><summary>The TORCH_TRACE logs, <code>trace.tar.gz</code></summary>")[1]
         assert "a skip is only in Dynamo's debug log (%s)." % where in note.split("</details>")[0]
         assert "`dynamo` lines" not in md and md.count("The TORCH_TRACE logs") == 1
+
+
+def test_a_capture_judged_alone_is_named_as_a_paste_names_paths(monkeypatch):
+    """The capture's file was named by the absolute path it was given: a machine path in a paste."""
+    monkeypatch.setenv("HOME", os.path.dirname(ROOT))
+    rc, stdout, _ = judge("--from-nsys", REVERTED_CSV, "--markdown")
+    line = stdout.splitlines()[8]
+    assert line.startswith("nsys tests/data/h200-torch2.11-fix-reverted/nvtx_kern_sum.csv (the torch that made it"), line
+    assert os.path.dirname(ROOT) + os.sep not in stdout.split("### Versions")[0]

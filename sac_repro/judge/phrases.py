@@ -159,7 +159,7 @@ def torch_line(report, changes=True):
         return "the torch of %s, which did not say its version (%s)" % (home_path(report["python_executable"]), reason)
     if not env.get("torch"):  # a capture judged from its file alone
         return "%s (the torch that made it, and any in-process change of it, are unknown: judged " \
-               "from the file alone)" % report["source"]
+               "from the file alone)" % shown_text(report["source"])  # a path as a paste names paths
     changed = report.get("torch_changes")
     return "torch %s (git %s) on %s%s" % (env.get("torch"), (env.get("torch_git") or "?")[:12],
                                          env.get("gpu") or env.get("device"),
