@@ -109,7 +109,9 @@ def drift_lines(lines):
                                                 "f_compiled_with", "- **", "**This ", "#### ", "Not pytorch/",
                                                 "dynamo (", "the report's loops raised", "hint:", render.SECOND_FINDING,
                                                 "**Ablation**", "| `sac(compile", "| `compile(sac", "| eager SAC",
-                                                "| eager |", "| aot_eager", "| inductor"))
+                                                "| eager |", "| aot_eager", "| inductor", "Named regions, ",
+                                                "The report's policy in every row", "Inductor's generated code",
+                                                "`with_context` is the report's case", "None: ", "<details><summary>"))
             or "**To run it:**" in l or re.match(r"\s+\d+ x \S", l)]
     # the environment is the machine's, but not what changed its torch in-process
     kept += ["changed: " + l.partition(" | changed: ")[2] for l in lines if l.startswith("environment:")]

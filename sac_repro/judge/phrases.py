@@ -13,6 +13,12 @@ TABLE_HEADER = ("scenario", "compiled calls", "eager pointwise ops", "kernels", 
 THEN_RAISED = ", then raised"
 NONE_SEEN = "none seen: Dynamo raised"
 ABLATION_HEADER = ("backend", "Dynamo ran f under SAC", "the policy was asked about", "matmuls in one backward")
+# Upstream's named regions, as measured apart from any run of the bundle (docs/policy.md, its transcript)
+NAMED_REGIONS_MEASURED = (
+    "measured on torch 2.13 and 2.15 (CPU): SAC asks the policy once per step about "
+    "`inductor_compiled_code` with the keyword `name=`; `MUST_SAVE` for that name saves the region whole (2 "
+    "matmuls in one backward), and a per-op policy gets only the region, recomputed whole (3)")
+ISSUE_175229 = "pytorch/pytorch#175229 is upstream's open issue on matching compiled regions in SAC policies by name"
 
 
 def report_code(script_path):

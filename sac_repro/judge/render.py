@@ -12,7 +12,8 @@ from .command import (BUNDLE, command_line, DEFAULT_CAPTURE, rerun_command, reru
                       shell_path, shell_value, shown_path)
 # how every report says a fact (phrases.py)
 from .phrases import (ABLATION_HEADER, ablation_rows, asked_ops, changes_said, dynamo_lines,  # noqa: F401
-                      environment_line, extern_mm_met, markdown_table, NONE_SEEN, ops_asked, policy_actual,
+                      environment_line, extern_mm_met, markdown_table, NAMED_REGIONS_MEASURED, NONE_SEEN, ops_asked,
+                      policy_actual,
                       POLICY_HEADER, policy_rows, report_code, said_lines, scenario_rows, table, TABLE_HEADER,
                       THEN_RAISED, torch_line, under_sac, versions_details)
 from .verdict import abridge, CASE, classify, CONTROL, DYNAMO_HINT, EAGER_SAC, LOOP_CALLS, LOOPS, WORKAROUND
@@ -337,10 +338,7 @@ def second_finding(report):
                  "the op SAC's mode meets at run time." % report["inductor_extern_mm"]]
     if ignored:
         more = link("details", "docs/policy.md#named-regions-upstreams-mechanism")
-        body += ["", "Named regions, measured on torch 2.13 and 2.15 (CPU): SAC asks the policy once per step about "
-                 "`inductor_compiled_code` with the keyword `name=`; `MUST_SAVE` for that name saves the region whole "
-                 "(2 matmuls in one backward), and a per-op policy gets only the region, recomputed whole (3)%s." % (
-                     " (%s)" % more if more else "")]
+        body += ["", "Named regions, %s%s." % (NAMED_REGIONS_MEASURED, " (%s)" % more if more else "")]
     return out + details("The policy's table", body)
 
 

@@ -6,8 +6,9 @@ import os
 
 from ..judge.changes import REVERTED
 from ..judge.command import command_line
-from ..judge.phrases import (asked_ops, changes_said, markdown_table, policy_actual, POLICY_HEADER, policy_rows,
-                             said_lines, torch_line, under_sac, versions_details)
+from ..judge.phrases import (asked_ops, changes_said, ISSUE_175229, markdown_table, NAMED_REGIONS_MEASURED,
+                             policy_actual, POLICY_HEADER, policy_rows, said_lines, torch_line, under_sac,
+                             versions_details)
 from ..judge.verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, WORKAROUND, WRAPPED
 
 POLICY_SNIPPET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_snippet.py")
@@ -104,6 +105,8 @@ def supported_and_open(report, bench):
                      "as no checkpoint at all (%.2f GiB), against %.2f GiB for `compile(sac(block))`."
                      % (wrapped["mem"], nockpt["mem"], workaround["mem"]))
         out.append(item)
+        out.append("- Named regions (2.12 and later: `torch.compile(f, name=...)` with that option), not in this run but "
+                   "%s, the report's f. %s." % (NAMED_REGIONS_MEASURED, ISSUE_175229[0].upper() + ISSUE_175229[1:]))
     else:
         out.append("- `wrap_inductor_compiled_regions` (2.10 and later) is not in this torch: not measured.")
     out += ["", "**What stays open:** a policy written for the model's ops, under `sac(compile(f))`, was asked "
