@@ -56,12 +56,37 @@ def is_image(path):
     return head.startswith(b"\x89PNG\r\n\x1a\n") or b"<svg" in head
 
 
+# ------------------------------------------------------------------------------ legibility
+def text_overlaps(fig):
+    """Each pair of the figure's visible texts whose boxes overlap, as drawn (tick labels, titles,
+    the notes and counts in the panels, the legend)."""
+    import itertools
+    import matplotlib.text
+    renderer = fig.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in fig.findobj(matplotlib.text.Text)
+             if t.get_visible() and t.get_text().strip()]
+    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+
+
+@pytest.fixture
+def drawn_figures(monkeypatch):
+    """The figures the pictures draw, kept open to be measured."""
+    plt, figures = plot.pyplot(), []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", figures.append)
+    yield figures
+    for fig in figures:
+        close(fig)
+
+
 # ------------------------------------------------------------------------ torch.profiler path
 @pytest.mark.parametrize("name", sorted(CHILDREN))
-def test_the_profiler_picture_draws_each_call_as_judged(tmp_path, name):
+def test_the_profiler_picture_draws_each_call_as_judged(tmp_path, name, drawn_figures):
+    """What it draws, and legibly: issue 46's "saved: 2" sat on the axis' tick "2"."""
     raw = recorded(CHILDREN[name])
     report = verdict.report_from_child(copy.deepcopy(raw), "regression", False)
     series = plot.draw_report(report, str(tmp_path / "p.png"))
+    assert text_overlaps(drawn_figures[-1]) == []
     assert is_image(tmp_path / "p.png") and os.path.getsize(tmp_path / "p.png") < 200_000
     assert list(series) == list(raw["scenarios"])
     for scenario, calls in series.items():
@@ -170,10 +195,11 @@ def test_each_capture_path_draws_a_picture(tmp_path, option, path):
 
 @pytest.mark.parametrize("name", [("h200-torch2.11", "full_nvtx_kern_sum.csv"),
                                   ("h200-torch2.11-fix-reverted", "nvtx_kern_sum.csv")])
-def test_the_counts_picture_stacks_what_each_range_ran(tmp_path, name):
+def test_the_counts_picture_stacks_what_each_range_ran(tmp_path, name, drawn_figures):
     report = verdict.report_from_loops(__import__("sac_repro.judge.captures").judge.captures.load_ranges(data(*name), "nsys"),
                                        "nsys x", "regression", False)
     series = plot.draw_report(report, str(tmp_path / "p.png"))
+    assert text_overlaps(drawn_figures[-1]) == []
     expected = csv_recount(data(*name))
     for scenario, ranges in series.items():
         assert [i for i, _, _ in ranges] == list(range(50))
@@ -184,13 +210,14 @@ def test_the_counts_picture_stacks_what_each_range_ran(tmp_path, name):
 @pytest.mark.parametrize("capture, csv_twin", [
     (("h200-torch2.11", "full_capture.sqlite"), ("h200-torch2.11", "full_nvtx_kern_sum.csv")),
     (("h200-torch2.11-fix-reverted", "capture.sqlite"), ("h200-torch2.11-fix-reverted", "nvtx_kern_sum.csv"))])
-def test_the_timeline_draws_each_ranges_kernels(tmp_path, capture, csv_twin):
+def test_the_timeline_draws_each_ranges_kernels(tmp_path, capture, csv_twin, drawn_figures):
     """The SQLite export's kernels per range, on the GPU time axis, are the kernels that nsys's
     own nvtx_kern_sum of the same report counts."""
     from sac_repro.judge import captures
     timeline = captures.timeline_from_sqlite(data(*capture), verdict.LOOP_RANGE, verdict.LOOPS)
     report = verdict.report_from_loops(captures.load_ranges(data(*capture), "nsys"), "nsys x", "regression", False)
     series = plot.draw_report(report, str(tmp_path / "p.png"), timeline)
+    assert text_overlaps(drawn_figures[-1]) == []
     expected = csv_recount(data(*csv_twin))
     for scenario, ranges in series.items():
         assert sorted(i for i, _, _, _ in ranges) == list(range(50))
@@ -251,41 +278,3 @@ def test_the_picture_of_an_nsys_report_comes_from_its_sqlite_export(fake_nsys, t
     rc, stdout, stderr = fake_nsys("csv", "capture.nsys-rep", "--plot", tmp_path / "p.png")
     assert rc == 1, stderr
     assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
-
-
-# ------------------------------------------------------------------------------ legibility
-def text_overlaps(fig):
-    """Each pair of the figure's visible texts whose boxes overlap, as drawn (tick labels, titles,
-    the notes and counts in the panels, the legend)."""
-    import itertools
-    import matplotlib.text
-    renderer = fig.canvas.get_renderer()
-    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in fig.findobj(matplotlib.text.Text)
-             if t.get_visible() and t.get_text().strip()]
-    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
-
-
-@pytest.fixture
-def drawn_figures(monkeypatch):
-    """The figures the pictures draw, kept open to be measured."""
-    plt, figures = plot.pyplot(), []
-    monkeypatch.setattr(plt, "close", figures.append)
-    return figures
-
-
-@pytest.mark.parametrize("name", sorted(CHILDREN))
-def test_no_label_of_the_profiler_picture_overlaps_another(tmp_path, name, drawn_figures):
-    """Issue 46: the policy panel's "saved: 2" sat on the axis' tick "2"."""
-    report = verdict.report_from_child(recorded(CHILDREN[name]), "regression", False)
-    plot.draw_report(report, str(tmp_path / "p.png"))
-    assert text_overlaps(drawn_figures[-1]) == []
-
-
-def test_no_label_of_the_capture_pictures_overlaps_another(tmp_path, drawn_figures):
-    from sac_repro.judge import captures
-    for capture in (("h200-torch2.11", "full_nvtx_kern_sum.csv"), ("h200-torch2.11-fix-reverted", "capture.sqlite")):
-        report = verdict.report_from_loops(captures.load_ranges(data(*capture), "nsys"), "nsys x", "regression", False)
-        timeline = captures.timeline_from_sqlite(data(*capture), verdict.LOOP_RANGE, verdict.LOOPS) \
-            if capture[1].endswith(".sqlite") else None
-        plot.draw_report(report, str(tmp_path / "p.png"), timeline)
-        assert text_overlaps(drawn_figures[-1]) == [], capture
