@@ -7,7 +7,7 @@ gradient, whether the compiled graph ran, and the warnings that name compile(sac
     python tests/fix_probe.py OUT.json [CASE ...]    # cases: f, mlp, two_policies, compile_sac_two_policies
 
 two_policies: one compiled f under two policies in turn, sac(compile(f)), each policy's backward
-matmuls (the candidate guards a compiled frame on its policy). compile_sac_two_policies: the same
+matmuls (the candidate gives each context_fn a region of its own). compile_sac_two_policies: the same
 for compile(sac(f)), each policy compiled on its own, as code that builds its compiled step in a
 helper does (sac_repro/policy/fix_candidate/repro_policy_guard.py, docs/fix.md).
 """

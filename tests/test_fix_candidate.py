@@ -147,7 +147,7 @@ def test_under_the_candidate_the_upstream_op_policy_test_passes_and_the_other_tw
 @pytest.mark.release
 @pytest.mark.parametrize("candidate", [False, True], ids=["plain", "candidate"])
 def test_the_side_finding_as_a_standalone_report_reproduces(candidate):
-    # the candidate guards frames compiled under an outer policy; compile(sac(f)) is under none
+    # the candidate rewrites checkpoint(compiled f, ...) only; compile(sac(f)) is left as it is
     assert_side_finding(*policy_guard(sys.executable, candidate))
 
 
