@@ -1,18 +1,15 @@
 """pytorch/pytorch#161889: a torch.compile'd f inside selective activation checkpointing (SAC) runs eagerly on torch 2.5
-to 2.9; fixed in 2.10.0. The report's code (edits marked), then its answer from what ran (torch.profiler): exit 0
-compiled under SAC, 1 eager or refused by Dynamo there (reproduced), 125 cannot tell on this build."""
-import contextlib, inspect, io, logging, os, re, sys, traceback, types  # [added] the answer first: errors get one too
-logging.getLogger("torch._dynamo.convert_frame").addHandler(logging.StreamHandler(dynamo_log := io.StringIO()))
-logging.getLogger("torch._dynamo.convert_frame").setLevel(logging.DEBUG)  # Dynamo's reason to skip a frame: debug only
-logging.getLogger("torch._dynamo.convert_frame").propagate = bool(os.environ.get("TORCH_LOGS"))
+to 2.9; fixed in 2.10.0. The report's code (edits marked), then what ran: exit 0 compiled, 1 reproduced, 125 unknown."""
+import builtins, contextlib, inspect, io, logging, os, re, sys, traceback, types  # [added] the answer first, errors too
+(log := logging.getLogger("torch._dynamo.convert_frame")).addHandler(logging.StreamHandler(dynamo_log := io.StringIO()))
+log.propagate = log.setLevel(logging.DEBUG) or bool(os.environ.get("TORCH_LOGS"))  # Dynamo's skip reasons: debug
 def tell(line, code):  # the answer's one line: a closed or full stdout loses the line, never the exit code
     with contextlib.suppress(AttributeError, OSError, ValueError):
         print("f_compiled under SAC: " + line, flush=True)
     return code
 def answer(error=None):  # prints one line; returns 0 (not reproduced), 1 (reproduced) or 125
-    torch = sys.modules.get("torch")
     on = "torch %s, git %.8s" % (getattr(torch, "__version__", "?"), getattr(getattr(torch, "version", None),
-                                 "git_version", "?")) if torch else "torch did not import"
+                                 "git_version", "?")) if (torch := sys.modules.get("torch")) else "torch did not import"
     with contextlib.suppress(AttributeError, OSError, TypeError):  # no SAC modes, or no source on disk: nothing to say
         modes = torch.utils.checkpoint._CachingTorchDispatchMode, torch.utils.checkpoint._CachedTorchDispatchMode
         shipped = all("def ignore_compile_internals" in inspect.getsource(m) for m in modes)  # in torch's own file
@@ -41,17 +38,19 @@ def answer(error=None):  # prints one line; returns 0 (not reproduced), 1 (repro
     return tell("ran %s%s (pytorch/pytorch#161889 %s; %s)%s" % ("compiled code" if compiled else
         "eagerly: aten::mul, aten::add" if eager else "no compiled code", ", then raised" * raised,
         "does not reproduce" if compiled else "reproduces", on, "".join(said)), 0 if compiled else 1)
-def answer_error(kind, error, tb):  # never Python's exit 1 for an error: 1 reads as "reproduces"
+def answer_error(kind, error, tb, shell=None):  # never Python's exit 1 for an error: 1 reads as "reproduces"
     try:
-        sys.__excepthook__(kind, error, tb)
-        os._exit(answer(error) if issubclass(kind, Exception) else 130 if issubclass(kind, KeyboardInterrupt) else 125)
+        (shell.showtraceback if shell else lambda exc: sys.__excepthook__(*exc))((kind, error, tb))  # (IPython's)
+        code = answer(error) if issubclass(kind, Exception) else 130 if issubclass(kind, KeyboardInterrupt) else 125
     except BaseException as e:  # no answer could be formed (a torch that breaks as it is read): cannot tell
-        os._exit(130 if isinstance(e, KeyboardInterrupt) or issubclass(kind, KeyboardInterrupt) else 125)
-if __name__ == "__main__" and "__file__" in globals():  # run as a program (a notebook cell has no __file__)
+        code = 130 if isinstance(e, KeyboardInterrupt) or issubclass(kind, KeyboardInterrupt) else 125
+    shell.set_custom_exc((), None) if shell else os._exit(code)  # a notebook's kernel goes on (to other cells' errors)
+if cell := __name__ == "__main__" and hasattr(builtins, "get_ipython"):  # pasted into a notebook's (IPython's) cell:
+    get_ipython().set_custom_exc((BaseException,), lambda ip, *e, **_: answer_error(*e, ip))  # its error, then answered
+elif __name__ == "__main__" and ("__file__" in globals() or sys.argv[0] == "-c"):  # a program, not a REPL's paste
     sys.excepthook = answer_error
     if sys.argv[1:]:  # a usage error: 128 aborts a bisect
-        sys.exit(print("takes no options; the bundle's judged run does: python3 -m sac_repro --help, in its folder",
-                       file=sys.stderr) or 128)
+        sys.exit(print("takes no options; in the bundle's folder: python3 -m sac_repro --help", file=sys.stderr) or 128)
 # ==== the report's code (pytorch/pytorch#161889) ====
 import functools
 
@@ -117,4 +116,5 @@ if device == "cuda":  # [added] close the capture range
     torch.cuda.profiler.stop()
 # ==== end of the report's code ====
 if __name__ == "__main__":
-    sys.exit(answer())
+    code = answer()  # in a cell no SystemExit to show, and the cell's errors are IPython's alone again
+    get_ipython().set_custom_exc((), None) if cell else sys.exit(code)

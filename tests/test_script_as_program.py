@@ -3,13 +3,14 @@ its answer, `answer()` and the excepthook that calls it, read in this process ag
 torch: each way the evidence can fall, with the exit code that it gives (no torch runs there)."""
 import importlib.util
 import logging
+import os
 import subprocess
 import sys
 import types
 
 import pytest
 
-from conftest import SCRIPT
+from conftest import ROOT, SCRIPT
 
 ANSWER = "f_compiled under SAC: "
 # A notebook kernel's argv: ipykernel's launcher and the connection file it was given.
@@ -22,37 +23,112 @@ def script_text():
 
 
 # ----------------------------------------------------------------------- a notebook cell, a module
-# The file's text run as IPython runs a cell: in __main__'s namespace, which has no __file__, under
-# the kernel's argv.
-AS_A_CELL = """import sys
+# Cells run as IPython runs them (InteractiveShell.run_code): in __main__'s namespace, which has no
+# __file__, under the kernel's argv, with get_ipython in builtins; an error a handler was set for with
+# set_custom_exc goes to it (which must return a list, a string or None), any other is shown, and the
+# kernel goes on to the next cell.
+AS_CELLS = """import builtins, sys, traceback
 sys.argv = %r
-try:
-    exec(compile(%r, "<ipython-input-1>", "exec"), vars(sys.modules["__main__"]))
-finally:
-    print("excepthook replaced:", sys.excepthook is not sys.__excepthook__)
+class Shell:
+    custom_exceptions = ()
+    def set_custom_exc(self, exc_tuple, handler):
+        self.custom_exceptions, self.handler = exc_tuple, handler
+    def CustomTB(self, etype, value, tb, tb_offset=None):
+        stb = self.handler(self, etype, value, tb, tb_offset=tb_offset)
+        assert stb is None or isinstance(stb, (str, list)), stb
+    def showtraceback(self, exc_tuple=None, filename=None, tb_offset=None, exception_only=False):
+        traceback.print_exception(*exc_tuple)
+shell = Shell()
+builtins.get_ipython = lambda: shell
+for cell in %r:
+    print("--- a cell", flush=True)
+    try:
+        exec(compile(cell, "<ipython-input>", "exec"), vars(sys.modules["__main__"]))
+    except SystemExit as e:
+        print("SystemExit:", e)
+    except shell.custom_exceptions:
+        shell.CustomTB(*sys.exc_info())
+    except BaseException:
+        traceback.print_exc()
+    sys.stdout.flush()
+print("excepthook replaced:", sys.excepthook is not sys.__excepthook__)
+"""
+REVERT = os.path.join(ROOT, "sac_repro", "revert_fix", "sitecustomize.py")
+LATER_ERROR = "raise ValueError('a later cell of its own')"
+
+
+def cells(*texts, python=(sys.executable,), timeout=600, cwd=None):
+    """Each cell's stdout (the last with what followed it), and the whole stderr."""
+    proc = subprocess.run(list(python) + ["-c", AS_CELLS % (KERNEL_ARGV, list(texts))], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+    return proc.stdout.split("--- a cell\n")[1:], proc.stderr
+
+
+def test_pasted_into_a_notebook_cell_with_the_fix_reverted_it_answers_after_the_error(tmp_path):
+    """With the revert loaded in a cell before: the report's loop raises Dynamo's refusal (fullgraph,
+    2.12+) and ends the cell; IPython shows it, and the answer follows, reproduced (it printed none).
+    Not 128 on the kernel's arguments, nor the excepthook taken; a later cell's own error gets none."""
+    out, err = cells("import runpy; runpy.run_path(%r)" % REVERT, script_text(), LATER_ERROR, cwd=tmp_path)
+    answers = [[l for l in o.splitlines() if l.startswith(ANSWER)] for o in out]
+    assert [len(a) for a in answers] == [0, 1, 0], (out, err[-3000:])
+    assert answers[1][0].startswith(ANSWER + "ran eagerly: aten::mul, aten::add, then raised (pytorch/pytorch#161889 "
+                                    "reproduces; torch 2."), answers[1]
+    assert "the 2.10 fix reverted in-process); Dynamo skipped f: " in answers[1][0]
+    assert "found no compiled frames" in err and err.count("ValueError: a later cell of its own") == 1, err[-3000:]
+    assert "takes no options" not in err and out[-1].endswith("excepthook replaced: False\n"), out[-1]
+
+
+# A torch that runs the report's code through in a blink, its calls seen by the profiler as compiled
+# code: the cell's end, without a real compile.
+COMPILING_TORCH = """import sys, types
+__version__, version = "2.13.0+cpu", types.SimpleNamespace(cuda=None, git_version="cf30153c" * 5)
+cuda = types.SimpleNamespace(is_available=lambda: False)
+ops = types.SimpleNamespace(aten=types.SimpleNamespace(mm=types.SimpleNamespace(default="aten.mm.default")))
+class Tensor:
+    __mul__ = __rmul__ = __add__ = __matmul__ = lambda self, other: self
+ones = lambda *shape, **kw: Tensor()
+compile = lambda fn, **kw: fn
+seen = []
+class profile:
+    def __enter__(self):
+        seen.clear()
+        return self
+    def __exit__(self, *exc):
+        pass
+    def events(self):
+        return [types.SimpleNamespace(name=n) for n in seen]
+profiler = types.SimpleNamespace(profile=profile)
+def checkpoint(fn, *args, use_reentrant=None, context_fn=None):
+    seen.append("Torch-Compiled Region: 0/0")
+    return fn(*args)
+CheckpointPolicy = types.SimpleNamespace(MUST_SAVE=1, PREFER_RECOMPUTE=2)
+create_selective_checkpoint_contexts = lambda policy_fn: None
+utils = sys.modules["torch.utils"] = types.SimpleNamespace(checkpoint=types.SimpleNamespace(**globals()))
+sys.modules["torch.utils.checkpoint"] = utils.checkpoint
 """
 
 
-def test_pasted_into_a_notebook_cell_it_answers(tmp_path):
-    """It exited 128 ("takes no options") on the kernel's own arguments. As a cell it answers with
-    the verdict's code (IPython shows the SystemExit), and leaves the kernel's excepthook alone."""
-    proc = subprocess.run([sys.executable, "-c", AS_A_CELL % (KERNEL_ARGV, script_text())], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
-    answers = [l for l in proc.stdout.splitlines() if l.startswith(ANSWER)]
-    assert proc.returncode == 0 and len(answers) == 1, (proc.returncode, proc.stdout, proc.stderr[-2000:])
-    assert answers[0].startswith(ANSWER + "ran compiled code (pytorch/pytorch#161889 does not reproduce; torch 2.")
-    assert "takes no options" not in proc.stderr and "excepthook replaced: False" in proc.stdout
-
-
 @pytest.mark.unit
-def test_as_a_cell_without_torch_it_reads_no_options(tmp_path):
-    """The same without torch (-S), in a tenth of a second: the cell stops at `import torch` with
-    Python's own error, shown as a notebook shows it; not 128 "takes no options", nor an answer
-    from an excepthook that a cell does not take."""
-    proc = subprocess.run([sys.executable, "-S", "-c", AS_A_CELL % (KERNEL_ARGV, script_text())], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and proc.stdout == "excepthook replaced: False\n", (proc.stdout, proc.stderr)
-    assert proc.stderr.rstrip().endswith("ModuleNotFoundError: No module named 'torch'"), proc.stderr
+def test_as_a_cell_it_answers_after_its_error_and_only_its_own(tmp_path):
+    """Without torch (-S), in a tenth of a second: the cell stops at `import torch`, shown as a
+    notebook shows it, then the answer, cannot tell; not 128 "takes no options", nor the excepthook
+    taken. A later cell's own error gets no answer, nor does one after Ctrl-C stopped the script,
+    nor one after the script ran through (on a stand-in torch: its answer, and no SystemExit)."""
+    for name, text in (("interrupted", "raise KeyboardInterrupt\n"), ("compiling", COMPILING_TORCH)):
+        (tmp_path / name / "torch").mkdir(parents=True)
+        (tmp_path / name / "torch" / "__init__.py").write_text(text)
+    beside = "import sys; sys.path.insert(0, %r)\n"
+    out, err = cells(script_text(), LATER_ERROR, beside % str(tmp_path / "interrupted") + script_text(), LATER_ERROR,
+                     beside % str(tmp_path / "compiling") + script_text(), LATER_ERROR,
+                     python=(sys.executable, "-S"), cwd=tmp_path, timeout=60)
+    assert out[0] == ANSWER + "cannot tell (ModuleNotFoundError: No module named 'torch'; torch did not import)\n", out
+    assert out[1:4] == ["", "", ""], out
+    assert out[4] == ANSWER + "ran compiled code (pytorch/pytorch#161889 does not reproduce; torch 2.13.0+cpu, git " \
+                              "cf30153c)\n", out
+    assert out[5] == "excepthook replaced: False\n", out
+    assert err.count("ModuleNotFoundError: No module named 'torch'") == 1 and err.count("a later cell of its own") == 3
+    assert "KeyboardInterrupt" in err and "takes no options" not in err, err
 
 
 # Imported, then an error of the importer's own: Python's exit 1 and its traceback, never the
@@ -84,11 +160,13 @@ def test_imported_it_leaves_the_excepthook_alone(tmp_path, how):
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("how", ["python3 FILE", "python3 -m NAME", "python3 - < FILE"])
+@pytest.mark.parametrize("how", ["python3 FILE", "python3 -m NAME", "python3 - < FILE", "python3 -c TEXT"])
 def test_run_as_a_program_it_takes_the_excepthook_and_refuses_options(tmp_path, how):
-    """The contract as a program: an error is 125 (here no torch: -S), an option 128."""
+    """The contract as a program: an error is 125 (here no torch: -S), an option 128. Under -c there
+    is no __file__, as in a cell, yet it is a program (it exited 1)."""
     (tmp_path / "repro.py").write_text(script_text())
-    cmd = {"python3 FILE": ["repro.py"], "python3 -m NAME": ["-m", "repro"], "python3 - < FILE": ["-"]}[how]
+    cmd = {"python3 FILE": ["repro.py"], "python3 -m NAME": ["-m", "repro"], "python3 - < FILE": ["-"],
+           "python3 -c TEXT": ["-c", script_text()]}[how]
     for extra, rc in (([], 125), (["--markdown"], 128)):
         with open(tmp_path / "repro.py") as stdin:
             proc = subprocess.run([sys.executable, "-S"] + cmd + extra, cwd=tmp_path, stdin=stdin,

@@ -99,7 +99,7 @@ def test_alone_it_refuses_options(tmp_path):
     (tmp_path / "repro.py").write_bytes(open(SCRIPT, "rb").read())
     proc = subprocess.run([sys.executable, str(tmp_path / "repro.py"), "--markdown"], capture_output=True, text=True)
     assert proc.returncode == 128 and proc.stdout == ""
-    assert "takes no options" in proc.stderr and "python3 -m sac_repro --help, in its folder" in proc.stderr
+    assert "takes no options" in proc.stderr and "in the bundle's folder: python3 -m sac_repro --help" in proc.stderr
 
 
 # ------------------------------------------------------------------------------ its form
@@ -112,7 +112,7 @@ def test_it_imports_nothing_of_the_bundle():
     tree = ast.parse(script_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"contextlib", "functools", "inspect", "io", "logging", "os", "re", "sys", "traceback", "types",
+    assert imported <= {"builtins", "contextlib", "functools", "inspect", "io", "logging", "os", "re", "sys", "traceback", "types",
                         "torch"}, imported
     assert "sys.path" not in script_text()
 
@@ -121,7 +121,8 @@ def test_it_is_short_with_one_main_block():
     text = script_text()
     assert len(text.splitlines()) <= 120
     assert text.count('if __name__ == "__main__":') == 1
-    assert text.rstrip().splitlines()[-2:] == ['if __name__ == "__main__":', "    sys.exit(answer())"]
+    assert text.rstrip().splitlines()[-3] == 'if __name__ == "__main__":'
+    assert text.rstrip().splitlines()[-1].endswith(" else sys.exit(code)")
 
 
 def test_the_reports_code_is_there_and_the_additions_are_fewer_lines():
