@@ -180,6 +180,32 @@ def rerun(environ, changed=(), argv=("--markdown",)):
     return render.rerun_command(report, None, list(argv)), render.command_line(report, "x")
 
 
+@pytest.mark.unit
+def test_the_home_folder_is_home_through_its_symlink_and_only_whole(tmp_path, monkeypatch):
+    """HOME a symlink (linkhome -> "w d#%"): a file given under the real path is named from ~ too (the
+    Command printed the real path); a folder whose name only begins with home's is not home's
+    (/home/al turned /home/alice into ~ice)."""
+    from sac_repro.judge import command
+    real, link = tmp_path / "w d#%", tmp_path / "linkhome"
+    (real / "sub").mkdir(parents=True)
+    link.symlink_to(real)
+    monkeypatch.setenv("HOME", str(link))
+    capture = str(real / "sub" / "cap.nsys-rep")
+    for path in (capture, str(link / "sub" / "cap.nsys-rep")):
+        assert changes.home_path(path) == command.shell_path(path) == "~/sub/cap.nsys-rep", path
+    assert changes.home_path(str(real)) == "~"
+    assert command.shell_value(os.pathsep.join([str(real / "a"), str(link), "x" + str(real)])) == '~/a:~:x"$HOME"'
+    rerun = command.rerun_command({"rerun_env": {"PYTHONPATH": str(real)}, "torch_changes": []}, None,
+                                  ["--from-nsys", capture], python="/usr/bin/python3")
+    assert rerun.startswith("PYTHONPATH=~ /usr/bin/python3 ") and rerun.endswith(" --from-nsys ~/sub/cap.nsys-rep")
+    assert str(tmp_path) not in rerun, rerun
+    os.mkdir(tmp_path / "al")
+    monkeypatch.setenv("HOME", str(tmp_path / "al"))
+    alice = str(tmp_path / "alice" / "x")
+    assert changes.home_path(alice) == alice and command.shell_path(alice) == shlex.quote(alice)
+    assert command.shell_value(alice) == shlex.quote(alice)
+
+
 def run_words():
     from sac_repro.judge import render
     return "%s %s" % (render.shell_path(sys.executable), render.shell_path(os.path.join(ROOT, "sac_repro")))

@@ -146,9 +146,16 @@ def home_folder():
     return "" if home in ("", "~") else home
 
 
+def home_folders():
+    """The home folder as $HOME names it and as it is (where $HOME is a symlink, a path given through
+    its target is under home too), the longer first; none where there is none to hide."""
+    home = home_folder()
+    return sorted({home, os.path.realpath(home)} - {"", os.sep}, key=len, reverse=True) if home else []
+
+
 def home_path(path):
     """path with the home folder written as ~ (a paste names no one's home)."""
-    home = home_folder()
-    if home and (path == home or path.startswith(home + os.sep)):
-        return "~" + path[len(home):]
+    for home in home_folders():
+        if path == home or path.startswith(home + os.sep):
+            return "~" + path[len(home):]
     return path

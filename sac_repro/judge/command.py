@@ -7,7 +7,7 @@ import re
 import shlex
 import sys
 
-from .changes import BY_INTERPRETER, home_folder, home_path
+from .changes import BY_INTERPRETER, home_folders, home_path
 
 BUNDLE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -68,12 +68,13 @@ def shell_value(value):
     """A variable's value as one shell word of an assignment: each of its :-separated parts that is
     a path under the home folder as ~/... (expanded after = and after :), the home folder anywhere
     else in it as "$HOME"."""
-    home, words = home_folder(), []
+    homes, words = home_folders(), []
     for part in value.split(os.pathsep):
         head = ""
-        if home and (part == home or part.startswith(home + os.sep)):
+        home = next((h for h in homes if part == h or part.startswith(h + os.sep)), None)
+        if home:
             head, part = ("~", "") if part == home else ("~" + os.sep, part[len(home) + 1:])
-        pieces = re.split(re.escape(home) + r"(?=/|$)", part) if home else [part]
+        pieces = re.split("(?:%s)(?=/|$)" % "|".join(map(re.escape, homes)), part) if homes else [part]
         word = '"$HOME"'.join(shlex.quote(p) if p else "" for p in pieces)
         words.append(head + word if head or word else "''")
     return os.pathsep.join(words)
