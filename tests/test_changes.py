@@ -324,8 +324,57 @@ def test_the_folder_that_reloads_a_change_is_the_one_its_module_was_found_on(tmp
 
 
 # ------------------------------------------------------------------ a paste safe to make public
+# Values the paste never shows: by the variable's name, or a URL's user or secret query in the value
+SECRETS = [("TORCHINDUCTOR_REDIS_URL", "redis://cache:6379/0?password=hunter2"),
+           ("TORCHINDUCTOR_AUTH_HDR", "sekritvalue"), ("TORCHINDUCTOR_REDIS_PASS", "hunter2"),
+           ("TORCHINDUCTOR_X_COOKIE", "c00kie"), ("TORCHINDUCTOR_CREDENTIALS", "creds"), ("CC", "x?pass=1"),
+           ("TORCHINDUCTOR_REMOTE", "https://cache.example/x?token=abc"),
+           ("TORCHINDUCTOR_REMOTE", "https://cache.example/x?a=1&api_key=abc"),
+           ("TORCHINDUCTOR_REMOTE", "https://cache.example/x?Password=abc"),
+           ("TORCHINDUCTOR_REMOTE", "https://al@cache.example/x"), ("TORCHINDUCTOR_REMOTE", "redis://:pw@cache:6379")]
+SHOWN = [("TORCHINDUCTOR_CACHE_DIR", "/tmp/cache?x=1"), ("TORCHINDUCTOR_REMOTE", "https://cache.example/x?a=1"),
+         ("TORCH_LOGS", "+dynamo"), ("TORCHINDUCTOR_DISABLED_PASSES", "a,b"), ("TORCHINDUCTOR_BYPASS", "1")]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name, value", SECRETS + SHOWN)
+def test_a_secret_is_withheld_by_its_name_or_its_urls_user_or_query(name, value):
+    """TORCHINDUCTOR_REDIS_URL=redis://...?password=... and TORCHINDUCTOR_AUTH_HDR were printed."""
+    command, line = rerun({name: value})
+    secret = (name, value) in SECRETS
+    assert command.count(name + "=") == 1 and ('%s="$%s"' % (name, name) in command) == secret, command
+    assert (line == "Command: `x`; %s: from the shell, not shown" % name) == secret, line
+
+
+@pytest.mark.unit
+def test_a_withheld_pythonpath_is_the_shells_after_the_changes_folder(tmp_path):
+    """A PYTHONPATH withheld (a secret in it) and a change loaded from a folder: the command puts the
+    change's folder first and the reader's own after it ("$PYTHONPATH"); without it, the rest went."""
+    from sac_repro.judge import command as command_module
+    printer = tmp_path / "print-env"
+    printer.write_text("#!/bin/sh\nexec env -0\n")
+    printer.chmod(0o755)
+    revert = {"label": changes.REVERTED, "file": os.path.join(REVERT, "sitecustomize.py"), "pythonpath": REVERT,
+              "env": {}}
+    report = {"rerun_env": command_module.rerun_env({"PYTHONPATH": "/opt/x?token=1"}), "torch_changes": [revert]}
+    command = command_module.rerun_command(report, None, [], python=str(printer)).rsplit(" ", 1)[0]
+    assert command.startswith('PYTHONPATH=%s:"$PYTHONPATH" ' % shlex.quote(REVERT)), command
+    proc = subprocess.run(["bash", "-c", command], env={"PATH": os.environ["PATH"], "PYTHONPATH": "/opt/x?token=1"},
+                          capture_output=True, timeout=60)
+    got = dict(e.split(b"=", 1) for e in proc.stdout.split(b"\0") if b"=" in e)
+    assert got[b"PYTHONPATH"] == (REVERT + ":/opt/x?token=1").encode(), got
+
+
 FAKE_HOME = "/home/alice"
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "api_key", "Password")
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "api_key", "Password", "AUTH", "Cookie", "_PASS", "CREDENTIAL")
+
+
+def is_secret(name, value):
+    """The rule as docs/json.md states it: a name that holds one of the words (PASS as a word), or a
+    URL with a user, or with one of the words in a query's key."""
+    words = r"token|key|secret|password|passwd|(?<![a-z])pass(?![a-z])|auth|credential|cookie"
+    return bool(re.search(words, name.lower()) or re.search(r"://[^/@\s]*@", value)
+                or re.search(r"[?&;][^=&;#\s]*(%s)[^=&;#\s]*=" % words, value.lower()))
 NAMES = st.one_of(
     st.sampled_from(["TORCHDYNAMO_DISABLE", "TORCH_COMPILE_DISABLE", "TORCHINDUCTOR_CACHE_DIR", "TORCH_LOGS", "CC",
                      "CXX", "CUDA_VISIBLE_DEVICES", "PYTHONPATH", "PYTHONWARNINGS", "SAC_FIX_CANDIDATE",
@@ -339,7 +388,7 @@ VALUES = st.one_of(
     st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12),
     st.builds(lambda a, b: FAKE_HOME + "/" + a + os.pathsep + b, st.text(alphabet="ab c'\"$~:/", max_size=8),
               st.sampled_from(["", FAKE_HOME, "x", "ccache " + FAKE_HOME + "/bin/g++"])),
-    st.sampled_from(["redis://u:pw@cache:6379", "1", "+dynamo", "~/literal"]))
+    st.sampled_from(["redis://u:pw@cache:6379", "redis://cache:6379/0?password=hunter2", "1", "+dynamo", "~/literal"]))
 
 
 @pytest.mark.unit
@@ -347,8 +396,8 @@ VALUES = st.one_of(
 @given(environ=st.dictionaries(NAMES, VALUES, max_size=6))
 def test_the_command_carries_only_the_listed_variables_and_no_secret(environ, tmp_path_factory):
     """Only RERUN_VARIABLES, the home folder written as ~ (or "$HOME"), never the value of a name
-    that holds TOKEN, KEY, SECRET or PASSWORD; and run by a shell, the command sets each carried
-    variable to the run's value (a withheld one from that shell's own)."""
+    that holds a secret's word, nor a URL with a user or a secret query; and run by a shell, the
+    command sets each carried variable to the run's value (a withheld one from that shell's own)."""
     from sac_repro.judge import render
     folder = tmp_path_factory.mktemp("env")
     printer = folder / "print-env"
@@ -362,9 +411,9 @@ def test_the_command_carries_only_the_listed_variables_and_no_secret(environ, tm
     finally:
         os.environ["HOME"] = old_home
     carried = {k for k in environ if render.RERUN_VARIABLES.fullmatch(k)}
-    secret = {k for k in carried if any(w.lower() in k.lower() for w in SECRET_WORDS) or "://u:pw@" in environ[k]}
-    assert set(report["rerun_env"]) == carried and all(report["rerun_env"][k] is None for k in secret)
-    assert FAKE_HOME not in command and "redis://u:pw@" not in command
+    secret = {k for k in carried if is_secret(k, environ[k])}
+    assert set(report["rerun_env"]) == carried and {k for k, v in report["rerun_env"].items() if v is None} == secret
+    assert FAKE_HOME not in command and "redis://u:pw@" not in command and "hunter2" not in command
     for k in carried - secret - {"PYTHONPATH"}:  # the home folder as ~ where a shell expands it
         assert not environ[k].startswith(FAKE_HOME + "/") or "%s=~/" % k in command, (k, command)
     shell = {"HOME": FAKE_HOME, "PATH": os.environ["PATH"]}

@@ -92,6 +92,28 @@ def test_json_has_a_schema_version_and_dash_is_stdout():
     assert report["schema"] == 2 and report["verdict"] == "reproduced"
 
 
+def test_json_writes_the_home_folder_as_tilde_and_no_secret(monkeypatch):
+    """--json held every rerun variable and the interpreter's path as they were (the home folder,
+    TORCHINDUCTOR_AUTH_HDR's value): it holds them as the paste shows them, a secret's as null.
+    A live run, its child replayed from torch 2.13's recording."""
+    from conftest import recorded
+    from sac_repro.judge import command
+    for k in [k for k in os.environ if command.RERUN_VARIABLES.fullmatch(k)]:  # this shell's own switches
+        monkeypatch.delenv(k)
+    home = os.path.dirname(os.path.dirname(sys.executable))  # the interpreter's under it
+    for k, v in {"HOME": home, "PYTHONPATH": os.pathsep.join([home + "/site", "/opt" + home]),
+                 "TORCHINDUCTOR_CACHE_DIR": home, "CXX": "ccache %s/bin/g++" % home, "TORCHINDUCTOR_AUTH_HDR": "sekrit",
+                 "TORCHINDUCTOR_REDIS_URL": "redis://cache:6379/0?password=hunter2"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(cli, "run_child", lambda *a: (recorded(data("cpu-torch2.13", "child_fixed.json")), ""))
+    rc, stdout, stderr = judge("--device", "cpu", "--json", "-")
+    report = json.loads(stdout)
+    assert rc == 0 and report["python_executable"] == "~/" + os.path.relpath(sys.executable, home), stderr
+    assert report["rerun_env"] == {"PYTHONPATH": "~/site:/opt" + home, "TORCHINDUCTOR_CACHE_DIR": "~",
+                                   "CXX": "ccache ~/bin/g++", "TORCHINDUCTOR_AUTH_HDR": None,
+                                   "TORCHINDUCTOR_REDIS_URL": None}, report["rerun_env"]
+
+
 def test_json_onto_the_capture_being_judged_is_refused(tmp_path):
     path = tmp_path / "k.csv"
     shutil.copy(FIXED_CSV, path)
@@ -484,7 +506,7 @@ def test_trace_writes_an_archive_that_tlparse_reads(tmp_path):
     rc, stdout, stderr = run(sys.executable, "--device", "cpu", "--trace", str(archive),
                              env={"PYTHONPATH": os.path.join(ROOT, "sac_repro", "revert_fix")})
     assert rc == 1, stdout + stderr
-    assert "trace: %s, 1 TORCH_TRACE log" % archive in stdout and "a skip is only in its debug log" in stdout
+    assert "trace: %s, to attach: 1 TORCH_TRACE log" % archive in stdout and "a skip is only in Dynamo's debug log" in stdout
     with tarfile.open(archive) as tar:
         (log,) = [m.name for m in tar.getmembers() if m.isfile()]
         tar.extractall(tmp_path / "x")

@@ -11,6 +11,7 @@ child and in the bench (they import torch); the reports only read the list it re
 import ast
 import inspect
 import os
+import re
 import sys
 
 SAC_MODES = ("_CachingTorchDispatchMode", "_CachedTorchDispatchMode")
@@ -159,3 +160,19 @@ def home_path(path):
         if path == home or path.startswith(home + os.sep):
             return "~" + path[len(home):]
     return path
+
+
+def home_written(text):
+    """text with the home folder written as ~ where a path starts with it (at the start, or after a
+    space, : or =), as --json keeps a variable's value and the interpreter's path."""
+    homes = home_folders()
+    return re.sub(r"(?<![^\s:=])(?:%s)(?=[/:\s]|$)" % "|".join(map(re.escape, homes)), "~", text) if homes else text
+
+
+def published(report):
+    """The report as --json writes it: the rerun variables and the interpreter as a paste shows them
+    (the home folder as ~, a withheld value null: command.rerun_env's)."""
+    shown = dict(report, rerun_env={k: v if v is None else home_written(v) for k, v in report["rerun_env"].items()})
+    if "python_executable" in report:
+        shown["python_executable"] = home_written(report["python_executable"])
+    return shown

@@ -19,6 +19,7 @@ import traceback
 from .. import outputs
 from . import plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
+from .changes import published
 from ..exits import (codes_help, dies_with_parent, end_group, end_own_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK,
                      guarded, Interrupted, one_line, OutputError, raised_by_this_bundle, say_error, UsageError)
 from ..policy.policy_report import render_policy_markdown
@@ -230,7 +231,7 @@ def run(script_path, argv):
     if args.plot:
         draw(report, args)
     # in the order printed: scenarios as the table lists them
-    as_json = json.dumps(report, indent=2)
+    as_json = json.dumps(published(report), indent=2)
     if args.json == "-":
         emit(as_json)
         return report["exit_code"]

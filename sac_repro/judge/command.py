@@ -36,14 +36,18 @@ DEFAULT_CAPTURE = "torch_compile_selective_activation_checkpoint"
 RERUN_VARIABLES = re.compile(r"(?:TORCHDYNAMO|TORCH_DYNAMO|TORCHINDUCTOR|TORCH_INDUCTOR|TORCH_COMPILE|TORCH_COMPILER)"
                              r"_[A-Za-z0-9_]*|TORCH_LOGS|TORCH_LOGS_FORMAT|CUDA_VISIBLE_DEVICES|PYTHONPATH|"
                              r"PYTHONWARNINGS|CC|CXX|SAC_FIX_CANDIDATE")
-# A value never printed: of a name that says it holds a secret, or a URL with a user in it (a remote
-# cache's, TORCHINDUCTOR_REDIS_URL=redis://user:password@host). The command takes it from the shell.
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+# A value never printed: of a name that says it holds a secret (an auth header's, a password's: PASS
+# as a word or PASSWORD, not Inductor's TORCHINDUCTOR_DISABLED_PASSES), or a URL with a user in it
+# or a secret in its query (a remote cache's: redis://user:password@host, redis://host/0?password=).
+# The command takes it from the shell.
+SECRET = r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|(?<![A-Z])PASS(?![A-Z])|AUTH|CREDENTIAL|COOKIE"
+SECRET_NAME = re.compile(SECRET, re.I)
 URL_WITH_USER = re.compile(r"://[^/@\s]*@")
+SECRET_QUERY = re.compile(r"[?&;][^=&;#\s]*(?:%s)[^=&;#\s]*=" % SECRET, re.I)
 
 
 def withheld(name, value):
-    return value is None or bool(SECRET_NAME.search(name) or URL_WITH_USER.search(value))
+    return value is None or bool(SECRET_NAME.search(name) or URL_WITH_USER.search(value) or SECRET_QUERY.search(value))
 
 
 def rerun_env(environ, through_run_nsys=False):
