@@ -4,6 +4,7 @@ named; and in one step, so that an interrupted write leaves the old file or none
 one. The internal options write only the bundle's own temporary files.
 """
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -46,6 +47,9 @@ def check_outputs(outputs, inputs=()):
 def check_writable(path, option):
     if not path:
         raise UsageError("%s was given an empty path (an unset shell variable?)" % option)
+    closed = closed_std_stream(path)
+    if closed:
+        raise UsageError("%s %s: names %s, which is closed; name a file" % (option, path, closed))
     if os.path.isdir(path):
         raise UsageError("%s %s: is a folder; name a file in it" % (option, path))
     if path.endswith(os.sep):  # not there yet: open() would write a file of the folder's name
@@ -153,6 +157,14 @@ def replace_atomically(path, write):
         except OSError:
             pass
         raise
+
+
+def closed_std_stream(path):
+    """"stdout" or "stderr" where path names our own (/dev/stdout, /dev/fd/2, /proc/self/fd/1) and it
+    is closed: its real path stops at /proc's link for the fd, which leads nowhere (an open one leads
+    to the file, the pipe or the terminal)."""
+    match = re.fullmatch(r"/proc/(?:self|%d)/fd/([12])" % os.getpid(), os.path.realpath(path))
+    return ("stdout", "stderr")[int(match.group(1)) - 1] if match else None
 
 
 def std_stream_of(path):

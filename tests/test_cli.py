@@ -71,6 +71,45 @@ def test_bad_input_is_refused(args, words):
 
 
 # -------------------------------------------------------------------------- misworded errors
+def stand_in_child(tmp_path, body):
+    """PYTHONPATH for a measured child whose start-up runs body (its sitecustomize): no torch runs."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nif '--_child' in sys.argv:\n" + "".join(
+        "    %s\n" % line for line in body.splitlines()))
+    return {"PYTHONPATH": str(tmp_path)}
+
+
+def test_a_child_with_no_result_within_the_timeout_is_not_said_to_hang(tmp_path):
+    """--timeout 0.5: it said the torch under test "hung"; it may only be slower than that."""
+    env = stand_in_child(tmp_path, "import time\ntime.sleep(60)")
+    rc, stdout, stderr = run(sys.executable, "--device", "cpu", "--timeout", "0.5", env=env, timeout=60)
+    assert rc == 125, stdout + stderr
+    assert "the torch under test gave no result within --timeout 0.5s: it hung, or needs longer here" in stdout
+    assert "the torch under test hung" not in stdout + stderr
+
+
+def test_the_crash_log_holds_what_the_child_printed_and_not_our_marker(tmp_path):
+    """The log shown after a crash listed "sac-repro: the measured child started", our own line."""
+    env = stand_in_child(tmp_path, "pass")
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("import os, signal\nprint('a stand-in torch, crashing', flush=True)\n"
+                                                    "os.kill(os.getpid(), signal.SIGSEGV)\n")
+    rc, stdout, stderr = run(sys.executable, "--device", "cpu", env=env, timeout=60)
+    assert rc == 125 and "crashed: killed by SIGSEGV" in stdout, stdout + stderr
+    log = stderr.split("--- the torch under test printed (last lines):\n", 1)[1]
+    assert log.startswith("a stand-in torch, crashing\n"), stderr
+    assert cli.STARTED not in stderr, stderr
+    # the child's progress lines, passed on as they came, are ours too (a real torch's timeout showed them again)
+    assert cli.printed_by_torch(cli.STARTED + "\n%scompiling f\nboom\n" % cli.PROGRESS) == "boom\n"
+
+
+def test_json_onto_a_closed_stdout_says_stdout_is_closed():
+    """`--json /dev/stdout >&-`: it said /dev/stdout was a symlink outside the folder named."""
+    proc = subprocess.run(["bash", "-c", 'exec "$0" "$1" --from-nsys "$2" --json /dev/stdout >&-', sys.executable,
+                           JUDGED, FIXED_CSV], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 and proc.stderr == "usage error: --json /dev/stdout: names stdout, which is " \
+                                                     "closed; name a file\n", proc.stderr
+
+
 def test_json_into_a_folder_says_so(tmp_path):
     rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, "--json", str(tmp_path))
     line = one_line_error(rc, stdout, stderr, "--json", "is a folder")

@@ -217,6 +217,7 @@ def run(script_path, argv):
             raise RuntimeError("in the measured part: %s%s" % (raw["reason"], at))
         if raw["status"] == "torch_error":
             raw.update(status="cannot_test", show_log=True, reason="the torch under test raised " + raw["reason"])
+        log = printed_by_torch(log)
         if raw.get("show_log") and log.strip():
             sys.stderr.write("--- the torch under test printed (last lines):\n%s\n---\n" % log[-3000:])
         if args.loops_only:
@@ -384,8 +385,8 @@ def run_child(script_path, args):
         except subprocess.TimeoutExpired:
             end_group(proc)
             reader.join(10)
-            return {"status": "cannot_test", "show_log": True, "reason": "the torch under test "
-                    "hung: no result within --timeout %gs (raise it if compilation is slow here)"
+            return {"status": "cannot_test", "show_log": True, "reason": "the torch under test gave no result "
+                    "within --timeout %gs: it hung, or needs longer here (raise it if compilation is slow)"
                     % args.timeout}, "".join(log)
         except BaseException:
             end_group(proc)
@@ -434,6 +435,11 @@ def write_trace(folder, path):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return {"path": path, "logs": names}
+
+
+def printed_by_torch(log):
+    """The child's output less our own lines: its progress (passed on as it came) and its start marker."""
+    return "".join(line for line in log.splitlines(True) if not line.startswith(PROGRESS))
 
 
 def pass_on_progress(stream, log):
