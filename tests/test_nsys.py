@@ -576,6 +576,7 @@ def with_compiler(fake_tools):
     return "%s:%s:%s" % (fake_tools.tmp / "bin", system_tools(fake_tools.tmp), os.path.dirname(shutil.which("g++")))
 
 
+@pytest.mark.release  # a capture run that compiles for real (29 s); the hand-off's parts are fast-tier tests
 def test_the_capture_runs_torch_reaches_the_judges_report(fake_tools):
     """The judge of a capture names the torch the capture ran (run_nsys.sh's --_env hand-off),
     and the hand-off is gone afterwards."""
