@@ -203,11 +203,31 @@ def write_text(path, text, option):
         raise OutputError("cannot write %s %s: %s" % (option, path, e.strerror or e))
 
 
-# The files that the internal options write: the bundle's own temporary ones, as mkstemp made them
-# (run_child's, and run_nsys.sh's mktemp of the hand-off), by their name's (prefix, suffix); never
-# another file, whoever passes it.
-CHILD_TEMP = ("sac_repro_", ".json")
+# The files that the internal options write: the bundle's own temporary ones, never another file,
+# whoever passes it. run_nsys.sh's mktemp of the hand-off, known by its name's (prefix, suffix); the
+# measured child's result file, which run_child unlinks as soon as it is made and hands over as
+# /dev/fd/N (an inherited descriptor), so that no run leaves it behind.
 HANDOFF_TEMP = ("run_nsys_run.", "")
+
+
+def not_our_result_file(path):
+    """Why path is not the result file that run_child hands the measured child, or None where it is:
+    /dev/fd/N of an inherited descriptor of a file that has no name left (nobody's file), ours,
+    private and empty, as mkstemp made it before run_child unlinked it."""
+    match = re.fullmatch(r"/dev/fd/(\d+)", path)
+    if not match:
+        return "not /dev/fd/N, the descriptor the judged run hands over"
+    try:
+        st = os.fstat(int(match.group(1)))
+    except (OSError, OverflowError):
+        return "no such descriptor"
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 0 or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return "not a private file of ours with no name left (mode 600, no link)"
+    return "not empty" if st.st_size else None
+
+
+def not_our_hand_off(path):
+    return not_our_temp_file(path, HANDOFF_TEMP)
 
 
 def not_our_temp_file(path, kind):

@@ -76,22 +76,35 @@ def test_the_child_option_writes_no_file_but_its_own_temporary_one(tmp_path, kep
     assert (open(path, "rb").read() if os.path.exists(path) else None) == before
 
 
-def test_the_childs_own_temporary_file_is_taken():
+def test_the_childs_own_result_file_is_taken_and_no_other():
+    """What run_child hands the child: /dev/fd/N of a file with no name left, private and empty, so
+    that a SIGKILL leaves none behind. Not a file that has a name (anyone's), through its descriptor
+    or by its path, nor one written to."""
     fd, path = tempfile.mkstemp(prefix="sac_repro_", suffix=".json")
-    os.close(fd)
     try:
-        assert outputs.not_our_temp_file(path, outputs.CHILD_TEMP) is None
-        with open(path, "w") as fh:
-            fh.write("{}")
-        assert "not empty" in outputs.not_our_temp_file(path, outputs.CHILD_TEMP)
-    finally:
+        assert "no name left" in outputs.not_our_result_file("/dev/fd/%d" % fd)  # named: it could be anyone's
+        assert "/dev/fd/N" in outputs.not_our_result_file(path)
         os.unlink(path)
-    link = os.path.join(tempfile.gettempdir(), "sac_repro_%s.json" % os.getpid())
-    os.symlink(os.path.join(ROOT, "README.md"), link)
-    try:
-        assert "symlink" in outputs.not_our_temp_file(link, outputs.CHILD_TEMP)
+        assert outputs.not_our_result_file("/dev/fd/%d" % fd) is None
+        os.write(fd, b"{}")
+        assert "not empty" in outputs.not_our_result_file("/dev/fd/%d" % fd)
     finally:
-        os.unlink(link)
+        os.close(fd)
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        assert "no name left" in outputs.not_our_result_file("/dev/fd/%d" % fh.fileno())
+    assert outputs.not_our_result_file("/dev/fd/%d" % fd) == "no such descriptor"
+
+
+def test_the_child_option_takes_no_named_file_by_its_descriptor(tmp_path):
+    """A file of the user's handed over as /dev/fd/N, empty and private as the child's own: refused."""
+    mine = tmp_path / "mine.json"
+    mine.write_text("")
+    mine.chmod(0o600)
+    with open(mine, "r+") as fh:
+        proc = subprocess.run([sys.executable, JUDGED, "--_child", "/dev/fd/%d" % fh.fileno(), "--device", "cpu"],
+                              capture_output=True, text=True, timeout=120, pass_fds=(fh.fileno(),))
+    one_line_error(proc.returncode, proc.stdout, proc.stderr, "usage error", "--_child", "internal", "no name left")
+    assert mine.read_text() == ""
 
 
 def test_the_hand_off_is_written_only_into_run_nsys_shs_temporary_file(tmp_path):
@@ -104,7 +117,7 @@ def test_the_hand_off_is_written_only_into_run_nsys_shs_temporary_file(tmp_path)
     fd, handoff = tempfile.mkstemp(prefix="run_nsys_run.")
     os.close(fd)
     try:
-        assert outputs.not_our_temp_file(handoff, outputs.HANDOFF_TEMP) is None
+        assert outputs.not_our_hand_off(handoff) is None
     finally:
         os.unlink(handoff)
 
@@ -212,10 +225,12 @@ def test_a_sigkill_during_collect_env_leaves_nothing_running(tmp_path, stand_in_
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child dies with its parent on Linux")
 def test_a_sigkill_leaves_nothing_of_the_measured_childs_own(tmp_path, stand_in_torch):
     """The measured child dies with its parent; what it started (Inductor's compile workers, a
-    compiler) must go with it."""
+    compiler) must go with it. Nor is its result file left in the temporary folder (one was left per
+    SIGKILL: the judged run removed it only as it ended)."""
     env = dict(stand_in_torch, STAND_IN_TORCH="sleeps", TMPDIR=str(tmp_path))
     pids = sigkill_once_started([sys.executable, JUDGED, "--device", "cpu"], env, stand_in_torch["STAND_IN_PIDS"])
     assert left_running(pids, stand_in_torch["STAND_IN_MARK"]) == []
+    assert [n for n in os.listdir(tmp_path) if n.startswith("sac_repro")] == []
 
 
 # ------------------------------------------------------------------------------------ nohup

@@ -145,9 +145,9 @@ def check_paths(args):
                                ("--from-ncu", args.from_ncu, "the capture being judged"),
                                ("--_env", None if args.loops_only else args.env_file, "the capture run's hand-off"),
                                ("--bench-json", args.bench_json, "the bench's table")])
-    for option, path, kind in (("--_child", args.child_out, outputs.CHILD_TEMP),
-                               ("--_env", args.env_file if args.loops_only else None, outputs.HANDOFF_TEMP)):
-        problem = path is not None and outputs.not_our_temp_file(path, kind)
+    for option, path, problem in (("--_child", args.child_out, outputs.not_our_result_file),
+                                  ("--_env", args.env_file if args.loops_only else None, outputs.not_our_hand_off)):
+        problem = path is not None and problem(path)
         if problem:
             raise UsageError("%s %s: %s; an internal option, it takes only the temporary file that the bundle "
                              "made for it" % (option, path, problem))
@@ -362,9 +362,11 @@ def run_child(script_path, args):
         env["CUDA_VISIBLE_DEVICES"] = ""  # the report's code picks cuda whenever torch sees a GPU
     if args.trace:
         env["TORCH_TRACE"] = args.trace_dir = tempfile.mkdtemp(prefix="sac_repro_trace_")
+    # The child's result file has no name from the start: nothing is left, whatever ends this run
+    # (SIGKILL too); the child writes it through the descriptor it inherits, as /dev/fd/N.
     fd, out_path = tempfile.mkstemp(prefix="sac_repro_", suffix=".json")
-    os.close(fd)
-    cmd = [sys.executable, ENTRY, "--_child", out_path, "--device", args.device]
+    os.unlink(out_path)
+    cmd = [sys.executable, ENTRY, "--_child", "/dev/fd/%d" % fd, "--device", args.device]
     if args.loops_only:
         cmd.append("--loops-only")
     if args.policy_report:
@@ -377,7 +379,7 @@ def run_child(script_path, args):
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                 text=True, errors="replace", start_new_session=True,
-                                preexec_fn=dies_with_parent())
+                                preexec_fn=dies_with_parent(), pass_fds=(fd,))
         reader = threading.Thread(target=pass_on_progress, args=(proc.stdout, log), daemon=True)
         reader.start()
         try:
@@ -396,7 +398,7 @@ def run_child(script_path, args):
         if rc < 0:
             return {"status": "cannot_test", "show_log": True, "reason": "the torch under test "
                     "crashed: killed by %s" % signal_name(-rc)}, text
-        with open(out_path) as fh:
+        with open(fd, closefd=False) as fh:
             content = fh.read()
         if not content and rc == EXIT_ABORT:  # only our own guard ends the child so: never a skip
             said = [l for l in text.splitlines() if l.strip() and not l.startswith(PROGRESS)]
@@ -406,7 +408,7 @@ def run_child(script_path, args):
                     "exited with code %d before giving a result" % rc}, text
         return said_at_start_up(json.loads(content), text), text
     finally:
-        os.unlink(out_path)
+        os.close(fd)
 
 
 def said_at_start_up(raw, text):
