@@ -323,6 +323,7 @@ def test_a_prune_keeps_the_most_recently_used_and_the_downloads_under_way(tmp_pa
         os.utime(cache / "venvs" / name / envs.LAST_USED, (time.time() - days_ago * 86400,) * 2)
     running = builds.download_folder(str(cache))
     cut_short_download(cache)
+    an_install_ran(cache, "torch-a-new", "torch-b-old")
     assert envs.prune(str(cache), keep=1) == ["torch-b-old"]
     assert os.listdir(cache / "venvs") == ["torch-a-new"]
     assert os.listdir(cache / "downloads") == [os.path.basename(running)]
@@ -424,10 +425,43 @@ def test_a_prune_of_a_cache_named_on_a_users_folder_removes_only_its_own(tmp_pat
     cut_short_download(cache)
     caches.make_own(str(cache / "venvs" / "torch-2.9.1-0123456789abcdef.partial"))
     store = caches.make_own(str(cache / ("uv.%d.new" % dead_pid())))
+    an_install_ran(cache)
     envs.prune(str(cache), keep=0)
     assert sorted(os.listdir(cache / "downloads")) == ["2024-taxes", "my_photos"]
     assert os.listdir(cache / "venvs") == ["proj.partial"]
     assert (theirs / "keep.txt").read_text() == "mine" and not os.path.exists(store)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("args", [["--prune"], ["--prune", "--keep", "0"]], ids=["usage-error", "no-install-ran"])
+def test_a_prune_of_a_folder_no_install_used_makes_no_file_there(tmp_path, args):
+    """`cache --prune --cache DIR` made DIR/lock (and DIR/locks/NAME), and left them, even where it
+    then stopped on "--prune needs --keep". The usage is checked first; and where no install ever
+    ran (no lock file of its own), a prune makes nothing and removes nothing. An absent DIR stays so."""
+    mine = tmp_path / "mine"
+    (mine / "venvs" / "torch-x").mkdir(parents=True)
+    (mine / "venvs" / "torch-x" / envs.RECORD).write_text('{"sha256": "x"}')  # recorded as the tool's, by hand
+    before = snapshot(mine)
+    for cache in (mine, tmp_path / "absent"):
+        rc, out = bisect("cache", *args, cache=cache)
+        assert rc == (128 if args == ["--prune"] else 0), out
+        assert ("--prune needs --keep" in out) == (rc == 128), out
+        assert ("nothing to prune in %s: no install of bisect_torch.py ran there" % cache in out) == (rc == 0), out
+    assert snapshot(mine) == before and not (tmp_path / "absent").exists()
+
+
+@pytest.mark.unit
+def test_a_prune_keeps_an_environment_whose_lock_file_is_gone_and_makes_none(tmp_path, capsys):
+    """An environment of the tool's (its record) whose lock file went: whether a process uses it
+    cannot be told, so it is kept, and no lock file is made in its stead."""
+    cache = tmp_path / "cache"
+    caches.cache_dir(str(cache), make=True)  # an install ran here: the cache's lock file
+    (cache / "venvs" / "torch-x").mkdir(parents=True)
+    (cache / "venvs" / "torch-x" / envs.RECORD).write_text('{"sha256": "x"}')
+    assert envs.prune(str(cache), keep=0) == []
+    assert "keeping torch-x: its lock file %s is gone, so whether a process uses it cannot be told" % (
+        cache / "locks" / "torch-x") in capsys.readouterr().out
+    assert (cache / "venvs" / "torch-x").exists() and not (cache / "locks").exists()
 
 
 # ----------------------------------------------------------- what is the bundle's own in its cache
@@ -441,6 +475,15 @@ def snapshot(root):
             path = os.path.join(dirpath, f)
             out[os.path.relpath(path, root)] = os.readlink(path) if os.path.islink(path) else open(path, "rb").read()
     return out
+
+
+def an_install_ran(cache, *environments):
+    """The lock files that installs make first, as an install of each environment leaves them: a
+    prune takes only these (where there are none, no install ran, and it makes none)."""
+    caches.cache_dir(str(cache), make=True)
+    for name in environments:
+        os.makedirs(os.path.dirname(caches.env_lock(str(cache), name)), exist_ok=True)
+        open(caches.env_lock(str(cache), name), "a").close()
 
 
 def dead_pid():
@@ -488,6 +531,7 @@ def test_a_prune_keeps_every_folder_it_did_not_mark_byte_for_byte(names):
                 os.makedirs(os.path.join(cache, top, name))
                 with open(os.path.join(cache, top, name, "taxes.pdf"), "wb") as fh:
                     fh.write(b"the user's %s\x00\xff" % name.encode())
+        an_install_ran(cache)
         before = snapshot(cache)
         ours = cut_short_download(cache)
         out = io.StringIO()
@@ -497,7 +541,7 @@ def test_a_prune_keeps_every_folder_it_did_not_mark_byte_for_byte(names):
         assert [l for l in out.getvalue().splitlines() if l.startswith("removing")] == [
             "removing %s: a download whose process is gone" % ours]
         after = snapshot(cache)
-        assert {k: v for k, v in after.items() if k != "lock" and not k.startswith("locks")} == before
+        assert after == before
 
 
 @pytest.mark.unit
@@ -513,6 +557,7 @@ def test_a_prune_lists_what_an_older_version_left_unmarked_with_a_command_that_r
     (old_partial / "bin").mkdir(parents=True)
     (cache / "downloads" / "2024").mkdir()
     (cache / "downloads" / "2024" / "taxes.pdf").write_bytes(b"mine")
+    an_install_ran(cache)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         envs.prune(str(cache), keep=0)
@@ -552,6 +597,7 @@ def test_a_prune_leaves_a_uv_store_it_did_not_make_byte_for_byte(tmp_path, monke
     monkeypatch.setenv("PATH", os.path.dirname(uv_exe()) + os.pathsep + os.environ["PATH"])
     cache = tmp_path / "dot-cache"
     store_with_a_package(cache / "uv", tmp_path)
+    an_install_ran(cache)  # an install that used pip, say
     before = snapshot(cache / "uv")
     rc, out = bisect("cache", "--prune", "--keep", "0", cache=cache)
     assert rc == 0, out
@@ -568,6 +614,7 @@ def test_a_prune_empties_its_own_uv_store_of_what_no_environment_links_and_says_
     cache = tmp_path / "cache"
     store = caches.own_store(str(cache), "uv")
     store_with_a_package(cache / "uv", tmp_path)
+    an_install_ran(cache)
     rc, out = bisect("cache", "--prune", "--keep", "0", cache=cache)
     assert rc == 0, out
     assert not [f for f in snapshot(store) if "sacstubdep" in f], out
@@ -644,6 +691,7 @@ def test_without_uv_its_own_store_is_kept_and_it_says_so(tmp_path, monkeypatch, 
     store_with_a_package(cache / "uv", tmp_path)
     before = snapshot(cache / "uv")
     monkeypatch.setattr(envs, "find_uv", lambda: None)
+    an_install_ran(cache)
     envs.prune(str(cache), keep=0)
     assert snapshot(cache / "uv") == before
     assert "kept 1 package that no environment links (sacstubdep): uv is not on PATH" in capsys.readouterr().out

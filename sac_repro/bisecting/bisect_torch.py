@@ -372,13 +372,15 @@ def releases(args):
 # --------------------------------------------------------------------------- the cache
 def cache(args):
     """Lists the environments, and prunes them with --prune."""
-    root = caches.cache_dir(args.cache, make=args.prune)
-    if args.prune:
-        if args.keep is None and args.older_than is None:
-            raise UsageError("--prune needs --keep N or --older-than DAYS")
-        envs.prune(root, args.keep, args.older_than)
-    elif args.keep is not None or args.older_than is not None:
+    if args.prune and args.keep is None and args.older_than is None:  # before anything is read or made
+        raise UsageError("--prune needs --keep N or --older-than DAYS")
+    if not args.prune and (args.keep is not None or args.older_than is not None):
         raise UsageError("--keep and --older-than go with --prune")
+    root = caches.cache_dir(args.cache)  # a prune makes nothing: not the cache's folder, nor its lock file
+    if args.prune and os.path.exists(caches.cache_lock(root)):  # one that cannot be opened is a usage error
+        caches.cache_dir(args.cache, make=True)
+    if args.prune:
+        envs.prune(root, args.keep, args.older_than)
     per_env, stores_only, total = envs.disk_usage(root)
     say("cache %s" % root)
     say("%-46s %-16s %-12s %9s %12s  %s" % ("environment", "torch", "git", "size", "only its own", "last used"))

@@ -170,13 +170,21 @@ def own_store(cache, kind):
 
 
 # --------------------------------------------------------------------------- locks
-def lock(path, exclusive, waiting=None, wait=True):
+def lock(path, exclusive, waiting=None, wait=True, create=True):
     """Takes an flock on `path` (made if need be), kept until unlock() or the process ends; says
-    `waiting` first where it must wait. With wait False: False where it would have to."""
+    `waiting` first where it must wait. With wait False: False where it would have to. With create
+    False (a prune, which makes no file): None where there is no lock file to take."""
     fd = HELD.get(path)
     if fd is None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = HELD[path] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not create:
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                return None
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        HELD[path] = fd
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     try:
         fcntl.flock(fd, mode | fcntl.LOCK_NB)

@@ -340,7 +340,12 @@ def prune(cache, keep=None, older_than_days=None, now=None):
     exclusive), and leaves an environment that a process uses. Never anything outside the cache.
     Returns the names removed."""
     now = time.time() if now is None else now
-    lock(cache_lock(cache), True, "waiting for the installs under way in %s to end" % cache)
+    # every install makes the cache's lock file before anything else: where there is none, nothing
+    # here is this tool's, and the prune makes nothing (--cache may name a folder of the user's)
+    if lock(cache_lock(cache), True, "waiting for the installs under way in %s to end" % cache, create=False) is None:
+        say("nothing to prune in %s: no install of bisect_torch.py ran there (no %s); all of it is kept" % (
+            cache, cache_lock(cache)))
+        return []
     try:
         envs = []
         for env in sorted(environments(cache), key=lambda e: -e[4]):
@@ -362,7 +367,12 @@ def prune(cache, keep=None, older_than_days=None, now=None):
 def remove_unused(cache, name, path):
     if not inside(venvs_dir(cache), path):
         raise UsageError("refusing to remove %s: not inside the cache %s" % (path, cache))
-    if not lock(env_lock(cache, name), True, wait=False):
+    held = lock(env_lock(cache, name), True, wait=False, create=False)
+    if held is None:  # its install made it: gone, a process that uses the environment could not be told
+        say("keeping %s: its lock file %s is gone, so whether a process uses it cannot be told" % (
+            name, env_lock(cache, name)))
+        return False
+    if not held:
         say("keeping %s: in use by another process" % name)
         return False
     try:
