@@ -316,3 +316,34 @@ def test_a_capture_judged_alone_is_named_as_a_paste_names_paths(monkeypatch):
     line = stdout.splitlines()[8]
     assert line.startswith("nsys tests/data/h200-torch2.11-fix-reverted/nvtx_kern_sum.csv (the torch that made it"), line
     assert os.path.dirname(ROOT) + os.sep not in stdout.split("### Versions")[0]
+
+
+# ------------------------------------------------ every sentence names the home folder as ~ (issue 45)
+def test_every_sentence_names_the_home_folder_as_tilde(monkeypatch, tmp_path):
+    """HOME='/tmp/h o#me%' with Inductor's cache under it: g++ broke on the space (125, right), and
+    the headline, Actual, Error logs (and the text, and --policy-report) quoted the home folder whole,
+    where only the Command wrote it as ~. Both spellings count: $HOME, and where it is a link, its target."""
+    real = tmp_path / "h o#me%"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    home, target = str(tmp_path / "link"), str(real)
+    monkeypatch.setenv("HOME", home)
+    raw = copy.deepcopy(recorded(FIXED))
+    raw.update(status="torch_error", reason="InductorError: CppCompileError: C++ compile error Command: g++ "
+                                            "%s/ic/gh/x.main.cpp -D TORCH_INDUCTOR_CPP_WRAPPER -O3 (in %s)" % (home, target),
+               loops_error="RuntimeError: %s/ic/x.so: cannot open ('%s/ic')" % (target, home),
+               dynamo_skips=[{"frame": "f (%s/model.py:3)" % target, "reason": "see \"%s/log.txt\"" % home,
+                              "where": "the report's loops"}],
+               said=[{"where": "the report's loops", "kind": "stderr", "file": target + "/patch.py",
+                      "text": "W1206 01:33:11.593000 4650 x.py:1] read %s/ic/a.txt, %s." % (target, home)}])
+    report = verdict.report_from_child(raw, "regression", False)
+    assert report["verdict"] == "cannot_test" and home in report["reason"]
+    md = render.render_markdown(report, "python3 -m sac_repro --markdown", SCRIPT, "collect_env: in %s/x" % home)
+    text = render.render_text(report)
+    policy = policy_report.render_policy_markdown(report, "python3 -m sac_repro --policy-report", None)
+    for out in (md, text, policy):
+        assert home not in out and target not in out, [l for l in out.splitlines() if home in l or target in l]
+    assert "g++ ~/ic/gh/x.main.cpp -D TORCH_INDUCTOR_CPP_WRAPPER -O3 (in ~)" in md.splitlines()[6]
+    assert "RuntimeError: ~/ic/x.so: cannot open ('~/ic')" in md and "skipping: f (~/model.py:3)" in text
+    assert "read ~/ic/a.txt, ~." in text and "collect_env: in ~/x" in md
+    assert "this build could not be tested: InductorError" in policy and "g++ ~/ic/gh/" in policy

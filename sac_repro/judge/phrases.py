@@ -2,8 +2,9 @@
 --policy-report share, so that each says a fact as the others do.
 """
 import os
+import re
 
-from .changes import home_folder, home_path
+from .changes import home_folders, home_path
 from .command import BUNDLE, shown_path
 from .verdict import abridge, CASE, EAGER_SAC, eager_label, not_compiled, RAN_THEN_RAISED, WORKAROUND, WRAPPED
 
@@ -60,9 +61,19 @@ def said_lines(report):
 def shown_text(text):
     """Words a process printed, with the paths in them named as a paste names paths: the bundle's
     files by their path in it, the home folder as ~ (a change names its own file: a machine path)."""
-    home = home_folder()
-    text = text.replace(BUNDLE + os.sep, "")
-    return text.replace(home + os.sep, "~" + os.sep) if home and home != os.sep else text
+    return home_hidden(text.replace(BUNDLE + os.sep, ""))
+
+
+def home_hidden(text):
+    """text with the home folder written as ~ wherever a path starts with it, in either spelling
+    ($HOME, and where that is a link, its target: changes.home_folders, as the Command takes them):
+    a path is whole after a space, a quote, a bracket, = : , or ; and ends where its folder does.
+    Every report passes through it: a torch's error or log line quotes the home folder whole."""
+    homes = home_folders()
+    if not homes:
+        return text
+    return re.sub(r"(?<![^\s'\"`(\[{<=:,;])(?:%s)(?=[/\s'\"`)\]}>:,;]|\.(?:\s|$)|$)" % "|".join(map(re.escape, homes)),
+                  "~", text)
 
 
 def scenario_rows(report):

@@ -12,7 +12,7 @@ from .command import (BUNDLE, command_line, DEFAULT_CAPTURE, rerun_command, reru
                       shell_path, shell_value, shown_path)
 # how every report says a fact (phrases.py)
 from .phrases import (ABLATION_HEADER, ablation_rows, asked_ops, changes_said, dynamo_lines,  # noqa: F401
-                      environment_line, extern_mm_met, markdown_table, NAMED_REGIONS_MEASURED, NONE_SEEN, ops_asked,
+                      environment_line, extern_mm_met, home_hidden, markdown_table, NAMED_REGIONS_MEASURED, NONE_SEEN, ops_asked,
                       policy_actual,
                       POLICY_HEADER, policy_rows, report_code, said_lines, scenario_rows, table, TABLE_HEADER,
                       THEN_RAISED, torch_line, under_sac, versions_details)
@@ -125,7 +125,7 @@ def render_text(report):
     out.append(verdict_line(report))
     if report["verdict"] == "reproduced" and report["scenarios"][CASE]["eager_calls"] and not dynamo_lines(report):
         out.append("hint: " + DYNAMO_HINT)
-    return "\n".join(out)
+    return home_hidden("\n".join(out))  # whatever torch quoted: the home folder as ~
 
 
 # ----------------------------------------------------------------------------- the paste
@@ -195,7 +195,7 @@ def render_markdown(report, command, script_path, collect_env):
         out += details("The TORCH_TRACE logs, `%s`" % os.path.basename(report["trace"]["path"]),
                        [trace_said(report, "under Error logs")])
     out += ["", "### Versions", ""] + versions_details(report["env"], collect_env)
-    return "\n".join(out)
+    return home_hidden("\n".join(out))  # whatever torch quoted: the home folder as ~
 
 
 def shows_only_reverted(report):

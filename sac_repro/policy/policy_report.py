@@ -6,7 +6,7 @@ import os
 
 from ..judge.changes import REVERTED
 from ..judge.command import command_line
-from ..judge.phrases import (asked_ops, changes_said, ISSUE_175229, markdown_table, NAMED_REGIONS_MEASURED,
+from ..judge.phrases import (asked_ops, changes_said, home_hidden, ISSUE_175229, markdown_table, NAMED_REGIONS_MEASURED,
                              policy_actual, POLICY_HEADER, policy_rows, said_lines, torch_line, under_sac,
                              versions_details)
 from ..judge.verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, WORKAROUND, WRAPPED
@@ -22,6 +22,10 @@ def policy_snippet():
 def render_policy_markdown(report, command, collect_env, bench=None):
     """The open half of the bug as a report of its own: the policy of SAC around a compiled
     function, from this run's evidence (and the bench's cost, when its JSON is given)."""
+    return home_hidden(policy_markdown(report, command, collect_env, bench))  # whatever torch quoted: ~
+
+
+def policy_markdown(report, command, collect_env, bench):
     out = ["### Selective activation checkpointing around a `torch.compile`d function: the policy never "
            "sees the function's ops (follow-up to pytorch/pytorch#161889)", "",
            "%s. %s" % (torch_line(report), command_line(report, command)), ""]
