@@ -347,3 +347,51 @@ def test_every_sentence_names_the_home_folder_as_tilde(monkeypatch, tmp_path):
     assert "RuntimeError: ~/ic/x.so: cannot open ('~/ic')" in md and "skipping: f (~/model.py:3)" in text
     assert "read ~/ic/a.txt, ~." in text and "collect_env: in ~/x" in md
     assert "this build could not be tested: InductorError" in policy and "g++ ~/ic/gh/" in policy
+
+
+# -------------------------------------------------- the next step follows the policy's section (issue 45)
+F_SAW = [["aten.add.Tensor", "PREFER_RECOMPUTE", 4], ["aten.mm.default", "MUST_SAVE", 2],
+         ["aten.mul.Tensor", "PREFER_RECOMPUTE", 4]]
+COMPILED = {"calls": ["compiled"] * 3, "compiled_calls": 3, "eager_calls": 0, "refused_calls": 0}
+# The report of `PYTHONPATH=sac_repro/policy/fix_candidate python sac_repro --markdown --device cpu` on
+# torch 2.13.0+cpu (its --json, the keys the next step and the policy's section read)
+CANDIDATES = {
+    "verdict": "not_reproduced", "exit_code": 0,
+    "reason": "all 3 calls under SAC ran compiled code, as did all 3 of the control",
+    "env": {"torch": "2.13.0+cpu", "device": "cpu"},
+    "torch_changes": [{"label": "candidate fix for the SAC policy under sac(compile(f)) loaded in-process (mode: fix)",
+                       "file": ROOT + "/sac_repro/policy/fix_candidate/sitecustomize.py",
+                       "pythonpath": ROOT + "/sac_repro/policy/fix_candidate", "reloaded_by": "PYTHONPATH", "env": {}}],
+    "scenarios": {"without_context": COMPILED, "with_context": dict(COMPILED, policy_saw=F_SAW),
+                  "workaround": dict(COMPILED, policy_saw=F_SAW), "without_context_after_sac": COMPILED,
+                  "eager_sac": {"calls": ["eager"] * 3, "compiled_calls": 0, "eager_calls": 3, "refused_calls": 0},
+                  "compiled_no_checkpoint": COMPILED},
+    "policy": {"backward_matmuls": {"without_context": 3, "with_context": 2, "workaround": 2, "eager_sac": 2,
+                                    "compiled_no_checkpoint": 2},
+               "trusted": True, "baseline": 2, "device": "cpu", "with_context_matmul_recomputed_in_backward": False,
+               "workaround_matmul_recomputed_in_backward": False,
+               "ops_seen": {"with_context": F_SAW, "workaround": F_SAW, "eager_sac": F_SAW}, "backward_errors": {}},
+    "inductor_extern_mm": "extern_kernels.mm(buf0, buf1, out=buf2)"}
+
+
+def test_the_next_step_where_the_policy_applied_files_no_second_finding(monkeypatch):
+    """Under the candidate's fix mode the Next step said to file 'the second finding below' as an
+    issue of its own, while the policy's section below it said the policy saw aten.mm.default and
+    backward computed no extra matmul: one paste, two answers."""
+    monkeypatch.delenv(render.URL_VARIABLE, raising=False)
+    report = copy.deepcopy(CANDIDATES)
+    section = " ".join(render.second_finding(report))
+    assert render.SECOND_FINDING not in section and "no more matmuls than where the forward matmul is saved" in section
+    said = render.next_step(report)
+    assert "second finding below" not in said and "its own issue" not in said, said
+    assert said == ("none for #161889; under `sac(compile(f))` the policy applied in this run (the forward matmul "
+                    "was saved): no second finding to file.")
+    # where the policy's MUST_SAVE was ignored, the section states the finding, and the next step files it
+    report["policy"].update(with_context_matmul_recomputed_in_backward=True, ops_seen={"with_context": [
+        ["aten.mm.out", "PREFER_RECOMPUTE", 2]]})
+    report["policy"]["backward_matmuls"]["with_context"] = 3
+    assert render.SECOND_FINDING in " ".join(render.second_finding(report))
+    assert render.next_step(report) == "none for #161889; the second finding below needs its own issue (#161889 is closed)."
+    # not measured: the next step claims neither
+    report["policy"].update(with_context_matmul_recomputed_in_backward=None)
+    assert render.next_step(report) == "none for #161889."
