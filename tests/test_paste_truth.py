@@ -395,3 +395,14 @@ def test_the_next_step_where_the_policy_applied_files_no_second_finding(monkeypa
     # not measured: the next step claims neither
     report["policy"].update(with_context_matmul_recomputed_in_backward=None)
     assert render.next_step(report) == "none for #161889."
+
+
+def test_the_strict_policy_step_names_the_section_the_paste_has():
+    """--strict-policy reads a recomputed matmul as the bug: its step points to the second finding
+    only where the paste states one (not where the policy was asked about aten.mm.default)."""
+    report = copy.deepcopy(CANDIDATES)
+    report.update(verdict="reproduced", exit_code=1)
+    report["policy"]["with_context_matmul_recomputed_in_backward"] = True
+    assert render.next_step(report).startswith("read the SAC policy's section below: backward ran the forward matmul again")
+    report["policy"]["ops_seen"]["with_context"] = [["aten.mm.out", "PREFER_RECOMPUTE", 2]]
+    assert render.next_step(report).startswith("read the second finding below")
