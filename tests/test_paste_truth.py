@@ -406,3 +406,19 @@ def test_the_strict_policy_step_names_the_section_the_paste_has():
     assert render.next_step(report).startswith("read the SAC policy's section below: backward ran the forward matmul again")
     report["policy"]["ops_seen"]["with_context"] = [["aten.mm.out", "PREFER_RECOMPUTE", 2]]
     assert render.next_step(report).startswith("read the second finding below")
+
+
+# ------------------------------------------------ a torch log line with nothing after its prefix (issue 45)
+LOGGED = "W1206 01:33:11.593000 4650 torch/_logging/_internal.py:1407] [2/0]"
+
+
+@pytest.mark.parametrize("empty", [LOGGED, LOGGED + " ", "I1206 01:33:11.593000 4650 torch/x.py:12]",
+                                   "[rank0]:W1206 01:33:11.593000 4650 torch/x.py:12] [0/1_1]"])
+def test_a_log_line_that_holds_only_its_prefix_is_not_quoted(empty):
+    """Torch 2.15 with the revert: Error logs quoted 'W1206 ... [2/0]', nothing after the prefix
+    (torch logs a warning's first line empty); what comes after it on the next line is kept."""
+    entry = {"where": "workaround, first call", "kind": "stderr", "file": "/t/torch/_logging/_internal.py"}
+    kept = LOGGED + " Detected that context_fn is passed to torch.utils.checkpoint under torch.compile."
+    report = {"said": [dict(entry, text=empty), dict(entry, text=kept)]}
+    assert [l.split("): ", 1)[1] for l in render.said_lines(report)] == [kept]
+    assert render.said_lines({"said": [dict(entry, text=empty)]}) == []

@@ -51,11 +51,18 @@ def dynamo_lines(report):
     return ["dynamo (%s): skipping: %s (reason: %s)" % (where, frame, reason) for (frame, reason), where in first.items()]
 
 
+# A line of torch's log with nothing after its prefix (level, date, time, pid, file:line], and the
+# rank's and the frame's ids): torch logs a warning's text from its second line on (2.15's context_fn warning)
+LOG_PREFIX_ONLY = re.compile(r"(?:\[rank\d+\]:)?[DIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\](?: \[[^\]\s]*\])*\s*")
+
+
 def said_lines(report):
     """What the measured process printed or warned besides the bundle (an in-process change of
-    torch, torch itself), as the child caught it (said.py), one line each, with where it came."""
+    torch, torch itself), as the child caught it (said.py), one line each, with where it came; a
+    log line that says nothing is left out."""
     return ["said (%s; %s%s): %s" % (s["where"], s["kind"], " from " + shown_path(s["file"]) if s.get("file") else "",
-                                     shown_text(s["text"])) for s in report.get("said") or []]
+                                     shown_text(s["text"])) for s in report.get("said") or []
+            if not LOG_PREFIX_ONLY.fullmatch(s["text"])]
 
 
 def shown_text(text):
