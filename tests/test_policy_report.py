@@ -275,3 +275,20 @@ def test_the_candidates_warning_reaches_the_policy_report(tmp_path):
            "sac_repro/policy/fix_candidate/" in stays
     assert "UserWarning: torch.utils.checkpoint: a selective activation checkpointing policy was asked about " \
            "aten.mm.out" in stays
+
+
+EMPTY_LOG_LINE = {"where": "workaround, first call", "kind": "stderr", "file": "/t/torch/_logging/_internal.py",
+                  "text": "W1206 01:33:11.593000 4650 torch/_logging/_internal.py:1407] [2/0]"}
+
+
+@pytest.mark.parametrize("said", [[], [EMPTY_LOG_LINE]], ids=["nothing", "an-empty-log-line"])
+def test_a_run_that_said_nothing_says_so_and_quotes_nothing(said):
+    """With nothing said (or only a torch log line with nothing after its prefix, which the reports
+    leave out), 'What stays open' ended '... besides the bundle: .'."""
+    report = {"said": said}
+    got = policy_report.silence(report)
+    assert got.startswith("Nothing said so in this run: no warning was shown, and nothing but logs was printed.")
+    assert "besides the bundle" not in got
+    quoted = policy_report.silence({"said": [dict(EMPTY_LOG_LINE, text=EMPTY_LOG_LINE["text"] + " Detected that")]})
+    assert quoted.startswith("What this run's process printed or warned, besides the bundle: `said (") and \
+        quoted.endswith("[2/0] Detected that`.")

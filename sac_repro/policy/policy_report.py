@@ -133,10 +133,11 @@ def silence(report):
     unchecked = "SAC answers every op it is asked about, and does not check that the ops a policy saves ever appear."
     if "said" not in report:  # a run that did not record it
         return unchecked
-    if not report["said"]:
+    said = said_lines(report)  # a log line with nothing after its prefix says nothing
+    if not said:
         return "Nothing said so in this run: no warning was shown, and nothing but logs was printed. " + unchecked
     return "What this run's process printed or warned, besides the bundle: %s." % "; ".join(
-        "`%s`" % line.replace("`", "'") for line in said_lines(report))
+        "`%s`" % line.replace("`", "'") for line in said)
 
 
 def bench_setup(bench):
