@@ -402,3 +402,14 @@ def test_the_ablation_where_a_backend_raised_reads_nothing_into_it():
     assert got == "no reading: the case raised an error under aot_eager (the table says which)"
     rows = [row(r["backend"], compiled=False, error="ImportError: x") for r in AS_SHIPPED]
     assert "#161889" not in reading(rows)
+
+
+def test_a_control_that_compiled_in_only_some_calls_does_not_count_as_compiled():
+    """The ablation reads what SAC changes against the control: a control that ran compiled code in
+    only some of its calls is no control (the verdict is 125), and the reading places nothing."""
+    raw = copy.deepcopy(FIXED)
+    raw["scenarios"]["without_context"]["calls"][0] = {"names": EAGER_NAMES}
+    raw["ablation"] = [row(r["backend"], F_OPS, compiled=False) for r in AS_SHIPPED]
+    r = judged(raw)
+    assert r["scenarios"]["without_context"]["compiled_calls"] == 2 and r["exit_code"] == 125
+    assert r["ablation"]["reading"].startswith("nothing to place: the control")
