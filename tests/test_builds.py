@@ -643,6 +643,15 @@ def test_a_users_own_file_named_as_the_hash_memo_is_read_never_written(tmp_path,
     builds.file_sha256(str(wheel), str(tmp_path / "older"))
     memo = json.loads((tmp_path / "older" / "hashes.json").read_text())
     assert memo[str(wheel)][-1] == hashlib.sha256(b"a wheel").hexdigest() and memo[""] == caches.MARK_TEXT
+    # a hashes.json that is a symlink (to a memo of this tool's shape, kept elsewhere): the user's
+    # link, left as it is, not replaced by a file of ours
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "hashes.json").symlink_to(tmp_path / "older" / "hashes.json")
+    kept = (tmp_path / "older" / "hashes.json").read_bytes()
+    (tmp_path / "v.whl").write_bytes(b"another wheel")  # one the memo has no entry for
+    assert builds.file_sha256(str(tmp_path / "v.whl"), str(tmp_path / "linked")) == hashlib.sha256(
+        b"another wheel").hexdigest()
+    assert (tmp_path / "linked" / "hashes.json").is_symlink() and (tmp_path / "older" / "hashes.json").read_bytes() == kept
 
 
 @pytest.mark.unit

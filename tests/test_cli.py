@@ -458,14 +458,16 @@ def test_an_interrupted_write_leaves_the_old_file(tmp_path):
     assert out.read_text() == "new" and os.listdir(tmp_path) == ["report.json"]
 
 
-def test_a_new_output_gets_the_permissions_open_would_give(tmp_path):
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_a_new_output_gets_the_permissions_open_would_give(tmp_path, umask, mode):
+    """As open() gives under the umask: a shared group's 664, a private 600 (not 644 whatever it is)."""
     from sac_repro import outputs
-    umask = os.umask(0o022)
+    umask = os.umask(umask)
     try:
         outputs.write_text(str(tmp_path / "new.json"), "{}", "--json")
     finally:
         os.umask(umask)
-    assert oct(os.stat(tmp_path / "new.json").st_mode & 0o777) == oct(0o644)
+    assert oct(os.stat(tmp_path / "new.json").st_mode & 0o777) == oct(mode)
     os.chmod(tmp_path / "new.json", 0o600)
     outputs.write_text(str(tmp_path / "new.json"), "{}", "--json")
     assert oct(os.stat(tmp_path / "new.json").st_mode & 0o777) == oct(0o600)  # an old file's are kept

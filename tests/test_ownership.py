@@ -122,6 +122,28 @@ def test_the_hand_off_is_written_only_into_run_nsys_shs_temporary_file(tmp_path)
         os.unlink(handoff)
 
 
+def test_the_hand_off_is_no_hard_link_to_a_users_file(tmp_path):
+    """A file of the user's, empty and private, hard-linked into the temporary folder under the
+    hand-off's name: the same file, so refused, and left as it was."""
+    mine = tmp_path / "mine.json"
+    mine.write_text("")
+    mine.chmod(0o600)
+    fd, link = tempfile.mkstemp(prefix="run_nsys_run.")
+    os.close(fd)
+    os.unlink(link)
+    try:
+        os.link(mine, link)
+    except OSError as e:  # another filesystem than the temporary folder's
+        pytest.skip("no hard link from %s to %s: %s" % (tmp_path, link, e))
+    try:
+        assert "one link" in outputs.not_our_hand_off(link)
+        proc = run_judged("--loops-only", "--device", "cpu", "--_env", link, env={"PYTHONPATH": "/nonexistent"})
+        one_line_error(proc.returncode, proc.stdout, proc.stderr, "--_env", "internal", "one link")
+    finally:
+        os.unlink(link)
+    assert mine.read_text() == ""
+
+
 # ------------------------------------------------------------------------------- no orphans
 STAND_IN_TORCH = {
     "torch/__init__.py": """import os, subprocess, sys, time

@@ -179,3 +179,32 @@ def test_a_guarded_command_leaves_nothing_running_when_it_ends(monkeypatch, scri
     started = time.time()
     assert children.run(["sh", "-c", script]) == (rc, "made\n")
     assert time.time() - started < 10 and tagged(tag) == []
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="the group is read from /proc")
+def test_a_groups_members_are_read_whole_grandchildren_included():
+    """What end_own_group kills: every process of the group, the leader's grandchildren too (a
+    compiler that an Inductor worker started), not only the processes whose parent is the leader."""
+    from sac_repro import exits
+    leader = subprocess.Popen(["sh", "-c", "sh -c 'sleep 60 & wait' & wait"], start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while True:
+            members = {int(p) for p in os.listdir("/proc") if p.isdigit() and pgid_of(int(p)) == leader.pid}
+            if len(members) >= 3 or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        assert len(members) == 3, members  # sh, its sh, and that one's sleep
+        assert set(exits.group_members(leader.pid)) == members
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+
+
+def pgid_of(pid):
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
