@@ -3,6 +3,9 @@ the policy report speaks of the policy only where f compiled, and names a change
 a capture judged alone says what it does not know. From recorded children and captures: no torch."""
 import copy
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -114,10 +117,18 @@ def test_error_logs_of_a_build_that_raised_say_what_it_raised():
     assert "None" not in logs[0] and "BackendCompilerFailed: backend='inductor' raised" in logs
 
 
-def test_a_capture_judged_alone_asks_for_the_run_not_an_upgrade():
+def test_a_capture_judged_alone_asks_for_the_run_not_an_upgrade(tmp_path):
+    """It asked for `python3 -m sac_repro`, which anywhere but the bundle's folder is Python's "No
+    module named sac_repro", exit 1: the command it names runs where it is pasted."""
     rc, stdout, _ = judge("--from-nsys", REVERTED_CSV, "--markdown")
     step = next(l for l in stdout.splitlines() if l.startswith("- **Next step:**"))
-    assert "2.10.0 or later" not in step and "python3 -m sac_repro" in step
+    assert "2.10.0 or later" not in step and " -m " not in step
+    command = re.search(r"run `(python3 [^`]+ --markdown)` with the Python of the torch that made this capture", step)
+    assert command, step
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    proc = subprocess.run(["bash", "-c", command.group(1) + " --help"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "--markdown" in proc.stdout, (proc.returncode, proc.stderr[-500:])
 
 
 # ----------------------------------------------------------------- the next step's revert check

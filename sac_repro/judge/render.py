@@ -264,8 +264,9 @@ def next_step(report):
     if shows_only_reverted(report):
         return "none for torch: the 2.10 fix was undone on purpose; without that, this torch does not reproduce."
     if report["scenarios"][CASE].get("eager_calls") and not report["env"].get("torch"):
-        return ("run `python3 -m sac_repro` on the torch that made this capture: it says which torch that is, and "
-                "what changed it, which a capture alone cannot.")
+        return ("run `python3 %s --markdown` with the Python of the torch that made this capture (in place of "
+                "`python3`): it says which torch that is, and what changed it, which a capture alone cannot."
+                % shell_path(os.path.join(BUNDLE, "sac_repro")))  # by its path, as the Command: from any folder
     if report["scenarios"][CASE].get("eager_calls"):
         return ("upgrade to torch 2.10.0 or later, where it is fixed; until then put the checkpoint inside "
                 "the compiled function (`torch.compile(lambda x, y: checkpoint(f, x, y, use_reentrant=False, "
