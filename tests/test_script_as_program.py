@@ -432,4 +432,7 @@ def test_a_torch_whose_checkpoint_has_no_source_names_nothing(script, monkeypatc
     for mode in (checkpoint._CachingTorchDispatchMode, checkpoint._CachedTorchDispatchMode):
         mode.ignore_compile_internals = classmethod(lambda cls: False)
     stand_in(monkeypatch, script, checkpoint=checkpoint)
+    # inspect finds a class's file through sys.modules: where a real torch was imported before (another
+    # test in this worker), its checkpoint.py would be read for the stand-in's classes
+    monkeypatch.setitem(sys.modules, "torch.utils.checkpoint", checkpoint)
     assert script["answer"]() == 0 and "reverted" not in capsys.readouterr().out
