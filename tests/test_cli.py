@@ -539,6 +539,7 @@ def test_an_output_under_the_longest_legal_name_is_written(tmp_path, option, ext
     assert out.stat().st_size > 0 and os.listdir(tmp_path) == [out.name]
 
 
+@pytest.mark.release  # a whole run and tlparse (7 s); its usage errors stay fast
 def test_trace_writes_an_archive_that_tlparse_reads(tmp_path):
     """--trace: this run's TORCH_TRACE log as one .tar.gz to attach, as PyTorch's bug template asks."""
     import shutil as sh

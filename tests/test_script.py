@@ -138,6 +138,7 @@ def test_a_child_that_exits_halfway_through_its_result_is_no_verdict(tmp_path):
     assert rc == 128 and stdout == "" and len(stderr.strip().splitlines()) == 1, (rc, stdout, stderr)
 
 
+@pytest.mark.release  # a whole run of the child (6 s), rarely broken
 def test_a_bug_in_the_measured_part_aborts(tmp_path):
     env = write_sitecustomize(tmp_path, """
         sys.path.insert(0, %r)
@@ -207,6 +208,7 @@ def test_a_control_that_compiled_in_only_some_calls_cannot_test(tmp_path):
     assert re.search(r"VERDICT: cannot_test \(exit 125\): the control .*[12] of 3 calls", stdout), stdout
 
 
+@pytest.mark.release  # a whole run of the child (6 s), rarely broken
 def test_loops_only_does_not_pass_when_a_loop_raised(tmp_path):
     """2.12 and later raise instead of running a skipped fullgraph function eagerly: with
     --loops-only (no verdict) that must not look like a clean capture run."""

@@ -32,6 +32,7 @@ def run_alone(tmp_path, *python, env=None):
 
 
 # ------------------------------------------------------------------ its answer, on torch 2.13
+@pytest.mark.release  # the fast tier runs the same script saved from the paste (test_paste_screen)
 def test_alone_on_a_fixed_torch_it_answers_0(tmp_path):
     rc, line, _, _ = run_alone(tmp_path)
     assert rc == 0, line
@@ -39,6 +40,7 @@ def test_alone_on_a_fixed_torch_it_answers_0(tmp_path):
     assert re.fullmatch(r".*; torch [^;]*, git [0-9a-f]{8}\)", line) and "reverted" not in line, line
 
 
+@pytest.mark.release  # the fast tier runs the same script saved from the paste (test_paste_screen)
 def test_alone_with_the_fix_reverted_it_answers_1_in_dynamos_words(tmp_path):
     """2.12 and later: Dynamo refuses f under SAC and, with fullgraph=True, raises in the report's
     loop. That error is the answer, 1, never 125; its reason is quoted. The call profiled again ran
