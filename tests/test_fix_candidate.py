@@ -317,13 +317,13 @@ TODAY_ON_2_13 = {"counting": [9, 15], "look_alikes": [9] * 7, "fresh_each_step":
                  "state_dict_hook": [9], "compiled_partials": [9], "seventy_context_fns": [630]}
 
 
-# Three kinds run in the fast tier: a policy applied (counting), identity by the caller's
-# context_fn (look_alikes) and a decline said (nested). Each case costs a compile or more, from
-# empty caches: with fourteen this test took 42 s of the fast tier's 150, with five 18 s. The
-# release tier runs every case (test_today_and_the_warning_on_the_hard_cases).
+# Three kinds: a policy applied (counting), identity by the caller's context_fn (look_alikes) and a
+# decline said (nested). From empty caches even these took 18 s, 42 s with fourteen, of the fast
+# tier's 150: the release tier runs them, beside every case (test_today_and_the_warning_on_the_hard_cases).
 FAST_CASES = ("counting", "look_alikes", "nested")
 
 
+@pytest.mark.release
 def test_the_candidate_is_right_or_declines_on_the_hard_cases(tmp_path):
     """Issue 39's classes: torchtitan's counting policy over 3 and 5 matmuls (eager SAC 7 and 12,
     today 9 and 15, the old candidate 8 and 13), policies alike but for a dict, a keyword-only

@@ -594,6 +594,7 @@ def test_the_capture_runs_torch_reaches_the_judges_report(fake_tools):
     assert not [p for p in os.listdir(fake_tools.tmp) if p.startswith("run_nsys_run.")]
 
 
+@pytest.mark.release  # a capture run that compiles (8 s); test_the_judge_names_what_changed_the_capture_runs_torch stays fast
 def test_under_the_revert_the_capture_run_names_it_and_quotes_dynamo(fake_tools):
     """2.12 and later, with the fix reverted: the report's loops raise Dynamo's fullgraph error, so
     no capture is judged; the capture run says which torch ran and why Dynamo skipped f."""

@@ -159,6 +159,7 @@ def test_every_name_the_block_uses_is_bound_by_pytorchs_imports_or_by_itself():
 
 # One test per configuration, each with one process: under pytest-xdist a fixture shared by several
 # tests would run once in each worker that gets one of them.
+@pytest.mark.release  # 10 s of compiling; test_upstream_patch's dry run of the series stays fast
 def test_on_the_fixed_torch_the_open_half_is_the_only_expected_failure_and_a_renamed_event_fails(tmp_path):
     alone, standalone, _, renamed = run_modules(sys.executable, tmp_path,
                                                 [BLOCK_ALONE, STANDALONE_MODULE, RENAME_MM, BLOCK_ALONE])
