@@ -450,6 +450,26 @@ def case_fresh_compile_each_step(how):
     return out
 
 
+def case_throwaway_then_stable(how):
+    """Five context_fns made anew and dropped on one compiled f (aot_eager: cheap), then one kept,
+    on a new torch.compile(f), for a step, and after torch._dynamo.reset() for another: the kept
+    one declines past the cap, and is told so (it was silent, the cap's decline said once for the
+    process), and after the reset gets the policy (it stayed declined for the process)."""
+    thrown = torch.compile(three_mm, backend="aot_eager") if how == "sac(compile(f))" else three_mm
+    for _ in range(5):
+        cf = lambda: create_selective_checkpoint_contexts([MM])  # noqa: E731
+        step = call(how, three_mm, cf, backend="aot_eager") if how == "compile(sac(f))" else \
+            (lambda *a, cf=cf: checkpoint(thrown, *a, use_reentrant=False, context_fn=cf))
+        step(*inputs())
+        del cf, step
+    gc.collect()
+    cf, out = functools.partial(create_selective_checkpoint_contexts, [MM]), []
+    for _ in range(2):
+        out.append(backward_mm(call(how, three_mm, cf), inputs()))
+        torch._dynamo.reset()
+    return out
+
+
 def blocks_backward_mm(how, blocks, cfs, rescale=False):
     """Matmuls in one backward of the blocks checkpointed in turn, each with its context_fn, after
     a step that compiles (compile(sac(f)) compiles the whole stack); rescale keeps a deep stack finite."""
@@ -706,11 +726,9 @@ def main(path, names, hows=HOWS):
     for name in names or CASES:
         result[name] = {}
         for how in hows:
+            # each case as in a process of its own: the series' module resets with Dynamo, what it
+            # said and the compiles it counts of one f's code (three_mm serves every case)
             torch._dynamo.reset()
-            # each case as in a process of its own: the candidate says each thing once, and counts
-            # the compiles of one f's code (three_mm serves every case) over the process
-            for state in ("_said", "_per_code"):
-                getattr(sys.modules.get("torch.utils._sac_compiled_fn"), state, set()).clear()
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")
                 try:

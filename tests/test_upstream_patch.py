@@ -50,7 +50,7 @@ def tree(tmp_path, whole_torch, name="pytorch"):
             shutil.rmtree(root / "torch", ignore_errors=True)
             shutil.copytree(src, root / "torch", symlinks=True)
     else:
-        for rel in (make_series.CHECKPOINT, make_series.OUTPUT_CODE, make_series.EVAL_FRAME):
+        for rel in make_series.TORCH_FILES:
             os.makedirs(root / os.path.dirname(rel), exist_ok=True)
             shutil.copy(os.path.join(src, rel[len("torch/"):]), root / rel)
     return root
@@ -137,7 +137,7 @@ def test_on_the_patched_torch_pytorchs_sac_tests_keep_their_outcomes_and_the_ser
     assert {t: o for t, o in patched.items() if t not in ours} == \
         {t: o for t, o in unpatched.items() if not t.startswith(NEW_CLASSES)}
     assert {t: o for t, o in patched.items() if t in ours and o != "passed"} == {}
-    assert len([t for t in ours if "SwitchTests" in t]) == 8 and len([t for t in ours if "Warning" in t]) == 4
+    assert len([t for t in ours if "SwitchTests" in t]) == 9 and len([t for t in ours if "Warning" in t]) == 4
     # the patched file on the unpatched torch: what the series adds is asked for, and missing
     missing = pytorch_tests(root, False, "series-tests-unpatched-torch")
     assert missing["SelectiveCheckpointCompiledRegionWarningTests.test_sac_of_inductor_compiled_fn_warns_once"] \

@@ -9,12 +9,11 @@ about the calls that Inductor's code makes inside ``CompiledFxGraph.__call__``, 
 recomputes what the policy says to save (pytorch/pytorch#161889).
 
 - :func:`on_policy_query`, called by SAC's caching mode, warns once where that happens.
+- :func:`reset`, called by ``torch._dynamo.reset()``, forgets what was said.
 """
 
 import threading
 import warnings
-
-import torch
 
 
 class _InductorCodeRunning(threading.local):
@@ -23,9 +22,14 @@ class _InductorCodeRunning(threading.local):
 
 # Inductor-compiled code running on this thread (CompiledFxGraph.__call__ counts it)
 inductor_code_running = _InductorCodeRunning()
-# each warning, once per process
+# each warning, once until torch._dynamo.reset() (as Dynamo's own warn_once)
 _said: set[str] = set()
 _POLICY_SEES_COMPILED_CALLS = "policy sees compiled calls"
+
+
+def reset() -> None:
+    """Called by torch._dynamo.reset(): what was said goes with Dynamo's caches."""
+    _said.clear()
 
 
 def _warn_once(key, message) -> None:

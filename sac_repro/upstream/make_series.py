@@ -4,8 +4,8 @@ the code the in-process candidate runs, so that the two are one implementation:
 - torch/utils/_sac_compiled_fn.py, the series' new module, is sac_repro/policy/fix_candidate/
   _sac_compiled_fn.py as it is (patch 0002), and _sac_compiled_fn_0001.py here (the warning alone,
   patch 0001);
-- the hook calls in torch/utils/checkpoint.py, torch/_inductor/output_code.py and
-  torch/_dynamo/eval_frame.py are the EDITS below; the one in checkpoint() is read from the
+- the hook calls in torch/utils/checkpoint.py, torch/_inductor/output_code.py,
+  torch/_dynamo/__init__.py and torch/_dynamo/eval_frame.py are the edits below; the one in checkpoint() is read from the
   candidate's sitecustomize.py, between its "# BEGIN the series' hook" and "# END" lines;
 - the tests go into PyTorch's test/dynamo/test_activation_checkpointing.py (the copy at 0069a418
   in tests/data/pytorch-0069a418/): tests_0001.py and the regression block of
@@ -31,7 +31,8 @@ PYTORCH_TEST = os.path.join(ROOT, "tests", "data", "pytorch-0069a418", "test_act
 TEST = "test/dynamo/test_activation_checkpointing.py"
 MODULE = "torch/utils/_sac_compiled_fn.py"
 CHECKPOINT, OUTPUT_CODE = "torch/utils/checkpoint.py", "torch/_inductor/output_code.py"
-EVAL_FRAME = "torch/_dynamo/eval_frame.py"
+EVAL_FRAME, DYNAMO = "torch/_dynamo/eval_frame.py", "torch/_dynamo/__init__.py"
+TORCH_FILES = (CHECKPOINT, OUTPUT_CODE, DYNAMO, EVAL_FRAME)  # the torch files the series changes
 SWITCH = "_sac_policy_applies_to_compiled_fn"
 PATCHES = ("0001-checkpoint-warn-when-a-sac-policy-sees-compiled-calls.patch",
            "0002-checkpoint-apply-a-sac-policy-to-a-compiled-fns-ops-behind-a-switch.patch")
@@ -47,10 +48,11 @@ such as aten.mm.out, never about f's own ops (aten.mm.default): a policy that sa
 saves none, and backward recomputes them, silently (#161889).
 
 This warns once, where a policy is asked about an out= overload while Inductor's code runs,
-and names the two arrangements that do apply a policy. New module
-torch/utils/_sac_compiled_fn.py; CompiledFxGraph.__call__ counts its code running on the
-thread. No behaviour changes. Adds the warning's tests and the regression test of #161889,
-whose op-policy case is an expected failure.
+and names the two arrangements that do apply a policy; torch._dynamo.reset() lets it warn
+again, as Dynamo's own warn_once. New module torch/utils/_sac_compiled_fn.py;
+CompiledFxGraph.__call__ counts its code running on the thread. No behaviour changes. Adds
+the warning's tests and the regression test of #161889, whose op-policy case is an expected
+failure.
 """,
     """[checkpoint] Apply a SAC policy to a torch.compile'd function's ops, behind a switch
 
@@ -161,6 +163,10 @@ def stage_1(files):
     out[OUTPUT_CODE] = edit(oc, "        finally:\n            if (\n                has_active_autotune_cache_bundler\n",
                             "        finally:\n            inductor_code.depth -= 1\n            if (\n"
                             "                has_active_autotune_cache_bundler\n", OUTPUT_CODE)
+    # where Dynamo resets its caches: each warning once until then, as its own warn_once
+    reset = "        inductor_code_side_table.reset_table()\n"
+    out[DYNAMO] = after(files[DYNAMO], reset, "\n        from torch.utils import _sac_compiled_fn\n\n"
+                        "        _sac_compiled_fn.reset()\n", DYNAMO)
     test = after(files[TEST], "import unittest\n", "import warnings\n", TEST)
     out[TEST] = edit(test, MAIN, "\n\n" + test_class("tests_0001.py") + "\n\n" + regression_block() + MAIN, TEST)
     return out
@@ -225,7 +231,7 @@ def diff(before, after_, subject):
 
 
 def series(torch_folder):
-    files = {p: read(os.path.join(torch_folder, p[len("torch/"):])) for p in (CHECKPOINT, OUTPUT_CODE, EVAL_FRAME)}
+    files = {p: read(os.path.join(torch_folder, p[len("torch/"):])) for p in TORCH_FILES}
     files[TEST] = read(PYTORCH_TEST)
     one = stage_1(files)
     two = stage_2(one)

@@ -86,16 +86,22 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
             fn, *args, use_reentrant=False, context_fn=context_fn, **kwargs
         )
 
+    @staticmethod
+    def _bwd(step, *args):
+        # backward matmuls of the step after one that compiles
+        step(*args).sum().backward()
+        loss = step(*args).sum()
+        with torch.profiler.profile() as prof:
+            loss.backward()
+        return _matmuls_computed(prof, "cpu")
+
     def _run(self, step, *args):
-        # backward matmuls of the step after one that compiles, and what checkpoint said
+        # ... and what checkpoint said
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            step(*args).sum().backward()
-            loss = step(*args).sum()
-            with torch.profiler.profile() as prof:
-                loss.backward()
+            bwd = self._bwd(step, *args)
         said = [str(w.message) for w in caught]
-        return _matmuls_computed(prof, "cpu"), [
+        return bwd, [
             m for m in said if m.startswith("torch.utils.checkpoint:")
         ]
 
@@ -198,6 +204,23 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
         self.assertEqual(len(said), 1)
         # four regions, then f as with the switch off
         self.assertEqual(cnt.frame_count, 5)
+
+    def test_a_decline_is_said_for_each_compiled_fn_and_forgotten_on_reset(self):
+        # context_fns made anew and dropped stop new regions of f's code: that is said
+        # again, naming f, for another torch.compile(f), and forgotten, with Dynamo's
+        # caches, by torch._dynamo.reset()
+        args = self._inputs()
+        thrown = torch.compile(_three_mm, backend="aot_eager")
+        with self.assertWarnsRegex(UserWarning, "f = _three_mm runs as.*dropped after"):
+            for _ in range(5):
+                self._sac(thrown, _save_mm_context_fn())(*args)
+        context_fn = _save_mm_context_fn()
+        step = self._sac(torch.compile(_three_mm), context_fn)
+        with self.assertWarnsRegex(UserWarning, "f = _three_mm runs as.*dropped after"):
+            self.assertEqual(self._bwd(step, *args), 9)
+        torch._dynamo.reset()
+        step = self._sac(torch.compile(_three_mm), context_fn)
+        self.assertEqual(self._run(step, *args), (6, []))
 
     @torch._inductor.config.patch(wrap_inductor_compiled_regions=True)
     def test_wrap_inductor_compiled_regions_is_left_as_it_is(self):

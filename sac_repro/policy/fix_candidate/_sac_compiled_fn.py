@@ -9,6 +9,7 @@ about the calls that Inductor's code makes inside ``CompiledFxGraph.__call__``, 
 recomputes what the policy says to save (pytorch/pytorch#161889).
 
 - :func:`on_policy_query`, called by SAC's caching mode, warns once where that happens.
+- :func:`reset`, called by ``torch._dynamo.reset()``, forgets what this module keeps.
 - With ``torch.utils.checkpoint._sac_policy_applies_to_compiled_fn`` set (off by default),
   :func:`checkpoint` runs such a call as compile(sac(f)): a compiled region, with f's own
   torch.compile options, whose body is ``checkpoint(f, *args, use_reentrant=False,
@@ -33,7 +34,7 @@ class _InductorCodeRunning(threading.local):
 
 # Inductor-compiled code running on this thread (CompiledFxGraph.__call__ counts it)
 inductor_code_running = _InductorCodeRunning()
-# each warning, once per process
+# each warning, once until torch._dynamo.reset() (as Dynamo's own warn_once)
 _said: set[str] = set()
 _POLICY_SEES_COMPILED_CALLS = "policy sees compiled calls"
 
@@ -113,6 +114,17 @@ _region = _RegionState()
 _per_code: dict = {}
 # context_fn -> its regions; held weakly, so an entry goes when the user drops the context_fn
 _regions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# compiled function given to checkpoint -> the reasons its calls were declined, said once
+_declines_said: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def reset() -> None:
+    """Called by torch._dynamo.reset(): what this module keeps goes with Dynamo's caches,
+    the regions, the count of dropped ones and what was said, as in a fresh process."""
+    _said.clear()
+    _per_code.clear()
+    _regions.clear()
+    _declines_said.clear()
 
 
 class _Veto(Exception):
@@ -124,14 +136,35 @@ def _veto(why):
     raise _Veto(why)
 
 
-def _decline(why) -> None:
-    _warn_once(
-        why,
-        "torch.utils.checkpoint: checkpoint(torch.compile(f), ..., context_fn=...) runs as "
-        "it does with torch.utils.checkpoint._sac_policy_applies_to_compiled_fn off, its "
-        f"policy not applied to f's ops: {why}. To apply the policy to f's ops, checkpoint "
-        "inside the compiled function, compile(sac(f)): torch.compile(lambda *args: "
+def _name_of(f) -> str:
+    module = _module_of(f)
+    if module is not None:
+        return type(module).__qualname__
+    while isinstance(f, functools.partial):
+        f = f.func
+    return getattr(f, "__qualname__", type(f).__qualname__)
+
+
+def _decline(function, f, why) -> None:
+    """Says why this call runs as with the switch off, once for each compiled function and
+    reason: a context_fn made anew on every call is told once, another torch.compile(f)
+    again."""
+    try:
+        said = _declines_said.setdefault(function, set())
+    except TypeError:  # no weak reference to it
+        said = _said
+    if why in said:
+        return
+    said.add(why)
+    warnings.warn(
+        "torch.utils.checkpoint: checkpoint(torch.compile(f), ..., context_fn=...) of "
+        f"f = {_name_of(f)} runs as it does with "
+        "torch.utils.checkpoint._sac_policy_applies_to_compiled_fn off, its policy not "
+        f"applied to f's ops: {why}. To apply the policy to f's ops, checkpoint inside the "
+        "compiled function, compile(sac(f)): torch.compile(lambda *args: "
         "checkpoint(f, *args, use_reentrant=False, context_fn=context_fn)).",
+        UserWarning,
+        stacklevel=4,
     )
 
 
@@ -215,6 +248,8 @@ def checkpoint(checkpoint_fn, function, /, *args, context_fn, **kwargs):
             if region._sac_state["failures"] >= 2:
                 region._sac_state["declined"] = True
                 _decline(
+                    function,
+                    f,
                     "compile(sac(f)) did not compile twice, and the call raised with "
                     "the switch off too"
                 )
@@ -222,7 +257,7 @@ def checkpoint(checkpoint_fn, function, /, *args, context_fn, **kwargs):
         finally:
             _region.quiet -= 1
         region._sac_state["declined"] = True  # this region only
-        _decline(why)
+        _decline(function, f, why)
         return out
     finally:
         _region.running = running
@@ -389,11 +424,15 @@ def _region_for(function, context_fn, options, kwargs):
         return None  # the opt-in for a policy on the compiled region as one op
     if _in_a_checkpoint():
         return _decline(
+            function,
+            f,
             "this checkpoint is nested in another checkpoint, whose recompute would "
             "run the compiled region again"
         )
     if not isinstance(context_fn, (types.FunctionType, functools.partial)):
         return _decline(
+            function,
+            f,
             f"its context_fn is a {type(context_fn).__name__}, and compile(sac(f)) "
             "takes a function or a functools.partial"
         )
@@ -407,10 +446,12 @@ def _region_for(function, context_fn, options, kwargs):
     if kwargs.get("preserve_rng_state", True) is False:
         given.append("preserve_rng_state=False")
     if given:
-        return _decline(f"checkpoint was given {', '.join(given)}")
+        return _decline(function, f, f"checkpoint was given {', '.join(given)}")
     if isinstance(f, torch.nn.Module) and f is not function and _hooks_of(function):
         # the region calls the module torch.compile wrapped, not this wrapper
         return _decline(
+            function,
+            f,
             "the compiled module's wrapper has hooks, which the region would not run"
         )
     module = _module_of(f)
@@ -418,6 +459,8 @@ def _region_for(function, context_fn, options, kwargs):
         # on every call: Dynamo does not guard on hooks, so the region's graph, shared
         # by the module's class, would run the hooks as first traced
         return _decline(
+            function,
+            f,
             "the compiled module has hooks, or global module hooks are set, which the "
             "region's graph would run as first traced"
         )
@@ -427,7 +470,11 @@ def _region_for(function, context_fn, options, kwargs):
         )
         region = entry["regions"].get(function)
     except TypeError:  # no weak reference to it: it could only be kept alive
-        return _decline("its context_fn or compiled function cannot be referred to weakly")
+        return _decline(
+            function,
+            f,
+            "its context_fn or compiled function cannot be referred to weakly",
+        )
     if region is not None:
         return None if region._sac_state["declined"] else (region, f)
     # The modules that share a forward share one region's code for each form (the module,
@@ -444,6 +491,8 @@ def _region_for(function, context_fn, options, kwargs):
         # a region not compiled yet would be a new compile, which the stance forbids
         # or runs eagerly; one compiled before runs under it, as f's code would
         return _decline(
+            function,
+            f,
             f"torch.compiler.set_stance({stance!r}) is in effect, and compile(sac(f)) "
             "for this context_fn has not been compiled before it"
         )
@@ -451,13 +500,18 @@ def _region_for(function, context_fn, options, kwargs):
         new = module is None or not any(k[0] == code for k in entry["by_code"])
         if new and state["dropped"] >= DROPPED_PER_CODE:
             return _decline(
+                function,
+                f,
                 f"f's code ({code.co_name}) has had {state['dropped']} compiled regions "
                 "whose context_fn or compiled function was dropped after use (functions "
                 "or modules that share one code count together, as Dynamo caches them): "
-                "one made anew for every call would compile on every call"
+                "one made anew for every call would compile on every call; new ones "
+                "decline until torch._dynamo.reset()"
             )
         if new and state["live"] >= LIVE_PER_CODE:
             return _decline(
+                function,
+                f,
                 f"f's code ({code.co_name}) has {state['live']} compiled regions in use, "
                 "one for each context_fn and compiled function, the most kept"
             )

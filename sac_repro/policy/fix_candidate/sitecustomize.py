@@ -16,10 +16,11 @@ of torch's own files:
    on_policy_query (the warning; in fix mode the in-place veto too), and checkpoint hands a call
    to the module's checkpoint where the switch _sac_policy_applies_to_compiled_fn is on;
 2. torch/_inductor/output_code.py: CompiledFxGraph.__call__ counts Inductor's code running;
-3. torch/_dynamo/eval_frame.py: a compile wrapper carries its torch.compile context.
+3. torch/_dynamo/__init__.py: reset() resets the module's tables with Dynamo's caches;
+4. torch/_dynamo/eval_frame.py: a compile wrapper carries its torch.compile context.
 
 SAC_FIX_CANDIDATE picks the mode: fix (the default) turns the switch on; warn leaves it off and
-makes hooks 1 (the warning) and 2 only. Nothing here imports torch: the change is made once
+makes hooks 1 (the warning), 2 and 3 only, as patch 0001 does. Nothing here imports torch: the change is made once
 `import torch` has run, all of it or nothing; a torch that lacks a hook gets one line on stderr.
 """
 import functools
@@ -68,6 +69,16 @@ def inductor_call(self, inputs):
         inductor_code.depth -= 1
 
 
+def reset_of(original):
+    """torch._dynamo.reset (torch/_dynamo/__init__.py): the module's tables and what it said go
+    with Dynamo's caches."""
+    @functools.wraps(original)
+    def reset():
+        original()
+        _sac_compiled_fn.reset()
+    return reset
+
+
 def dynamo_context_call(self, fn):
     """_TorchDynamoContext.__call__ (torch/_dynamo/eval_frame.py): the compile wrapper carries
     its context, as `module.dynamo_ctx` does for a compiled module."""
@@ -101,11 +112,13 @@ def pack_hook_codes(cls):
 
 def targets(torch):
     """(key, owner, attribute, replacement maker) for the mode, or why this torch cannot take it."""
+    import torch._dynamo as dynamo
     import torch._dynamo.eval_frame as eval_frame
     import torch._inductor.output_code as output_code
     import torch.utils.checkpoint as checkpoint
     wanted = [("caching_dispatch", checkpoint._CachingTorchDispatchMode, "__torch_dispatch__", lambda o: caching_dispatch),
-              ("inductor_call", getattr(output_code, "CompiledFxGraph", None), "__call__", lambda o: inductor_call)]
+              ("inductor_call", getattr(output_code, "CompiledFxGraph", None), "__call__", lambda o: inductor_call),
+              ("dynamo_reset", dynamo, "reset", reset_of)]
     if MODE == "fix":
         wanted += [("dynamo_context_call", getattr(eval_frame, "_TorchDynamoContext", None), "__call__",
                     lambda o: dynamo_context_call),
@@ -177,21 +190,23 @@ def install(torch):
         setattr(owner, attr, make(ORIGINAL[key]))
         REPLACED.append("%s:%s" % (owner.__name__, attr) if isinstance(owner, types.ModuleType)
                         else "%s:%s.%s" % (owner.__module__, owner.__qualname__, attr))
-    if "checkpoint" in ORIGINAL:
-        repoint(ORIGINAL["checkpoint"], checkpoint)
+    for key, owner, attr, _ in found:
+        if isinstance(owner, types.ModuleType):
+            repoint(ORIGINAL[key], getattr(owner, attr), owner)
     checkpoint._sac_repro_fix_candidate = MODE
     CHANGE_LABEL = "%s loaded in-process (mode: %s)" % (WHAT, MODE)
     return True
 
 
-def repoint(original, checkpoint):
-    """Modules imported already that bound checkpoint by name (checkpoint_wrapper): Dynamo knows
-    checkpoint by the module's attribute, and would try to trace a stale copy."""
+def repoint(original, replacement, owner):
+    """Modules imported already that bound a replaced function by name: checkpoint_wrapper binds
+    checkpoint (Dynamo knows checkpoint by the module's attribute, and would try to trace a stale
+    copy), torch._dynamo.testing binds reset."""
     for module in list(sys.modules.values()):
         names = getattr(module, "__dict__", {})
         for name, value in list(names.items()):
-            if value is original and module is not checkpoint:
-                setattr(module, name, checkpoint.checkpoint)
+            if value is original and module is not owner:
+                setattr(module, name, replacement)
 
 
 class _Loader(importlib.abc.Loader):
