@@ -256,7 +256,10 @@ def main(argv=None):
     if args.check and stale:
         print("make_series.py: out of date: %s (run it without --check)" % ", ".join(stale), file=sys.stderr)
         return 1
-    print("%s: %s" % ("out of date" if args.check else "written", ", ".join(stale) or "nothing to change"))
+    if args.check:
+        print("up to date: %s" % ", ".join(made))
+    else:
+        print("written: %s" % (", ".join(stale) or "nothing, each patch was up to date"))
     return 0
 
 
