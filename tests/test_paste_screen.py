@@ -109,8 +109,18 @@ def test_the_first_screen_is_short_and_says_each_finding_once(paste):
     # the answer, the torch, the one command a reader runs, Expected, Actual, the next step, the ablation
     assert lines[2].startswith("This run does not reproduce" if rc == 0 else "This run reproduces"), lines[:3]
     for words in ("torch %s" % report["torch_version"], "python3 repro.py", "Expected:", "Actual:", "Next step:",
-                  "Ablation (what the template asks): " + report["ablation"]["reading"].replace("`", "")):
+                  "Ablation (what the template asks): " + render.ablation_said(report).replace("`", "")):
         assert words in text, words
+    # each fact once: the answer in the headline (Actual gives the evidence), the finding in its sentence (the
+    # ablation reads which backend shows it), 'gives 0 without the revert' where the reader is told to run it
+    assert text.count("does not reproduce") == (kind == "fixed"), text
+    if kind == "fixed":
+        assert text.count("aten.mm.out") == 1 and "Actual: as expected" in text, text
+    assert text.count("gives 0") == (kind == "reverted"), text
+    # the next step is what a maintainer does, not 'none ... needs its own issue'
+    assert "none for #161889" not in text and "needs its own issue" not in text
+    # the script's summary in the order of its file: the code that answers, then the report's
+    assert "repro.py: the answering code, then the report's code, edits marked [changed]/[added]" in lines, lines
     # a maintainer has no bundle: no path into it on the first screen, and no link unless it has an address
     assert "sac_repro/" not in text and "docs/" not in text and "](" not in markdown
 
@@ -122,6 +132,18 @@ def test_what_the_screen_collapses_is_each_in_one_block(fixed_run):
     for table_head in ("| scenario |", "| backend |", "| arrangement |"):
         assert markdown.count(table_head) == 1, table_head
     assert markdown.count("PyTorch version:") == 1  # collect_env, as the template asks
+
+
+def test_a_reader_without_the_bundle_meets_no_path_into_it(paste):
+    """Issue 46: the pasted revert's docstring named `PYTHONPATH=sac_repro/revert_fix ...
+    torch_compile_selective_activation_checkpoint.py` and `./run_nsys.sh`, Versions named
+    `sac_repro/revert_fix/sitecustomize.py`, and 'generated ... by sac_repro' linked nothing. Outside
+    the bundle's own command (and the script's usage line, the script's own), no path into it."""
+    kind, _, _, markdown = paste
+    rest = re.sub(r"<details><summary>(repro\.py|The bundle's command).*?</details>", "", markdown, flags=re.S)
+    assert rest.count("<details>") == markdown.count("<details>") - 2
+    for name in ("sac_repro", "run_nsys", "torch_compile_selective_activation_checkpoint", "revert_fix"):
+        assert name not in rest, (name, [l for l in rest.splitlines() if name in l])
 
 
 def instructions(markdown):

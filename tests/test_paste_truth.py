@@ -134,7 +134,8 @@ def test_a_capture_judged_alone_asks_for_the_run_not_an_upgrade(tmp_path):
 # ----------------------------------------------------------------- the next step's revert check
 OTHER_CHANGE = {"label": "torch changed in-process by /x/patch.py (checkpoint)", "file": "/x/patch.py",
                 "pythonpath": None, "env": {}}
-UNDID = "none for torch: the 2.10 fix was undone on purpose; without that, this torch does not reproduce."
+# that a fixed torch gives 0 without the revert, the paste says once: where it tells the reader to run it
+UNDID = "none for torch: the 2.10 fix was undone on purpose."
 
 
 def with_changes(raw, changes):
@@ -265,8 +266,8 @@ def test_what_the_run_said_is_in_the_text_and_the_pastes_error_logs():
     logs = md.split("### Error logs")[1].split("### Versions")[0]
     assert line in logs.splitlines() and "None:" not in logs
     _, md = markdown(said(recorded(FIXED), []))
-    assert "None: nothing raised, Dynamo logged no skip of f, and nothing else was printed or warned (logs and " \
-           "progress aside)." in md
+    assert "None: nothing raised, Dynamo logged no skip of f, no warning was shown, and nothing was printed but log " \
+           "records and the bundle's progress lines." in md
     _, md = markdown(said(recorded(FIXED), None))
     assert "None: nothing raised, Dynamo logged no skip of f.\n" in md  # not recorded: no claim
 
@@ -394,18 +395,18 @@ def test_the_next_step_where_the_policy_applied_files_no_second_finding(monkeypa
     section = " ".join(render.second_finding(report))
     assert render.SECOND_FINDING not in section and "no more matmuls than where the forward matmul is saved" in section
     said = render.next_step(report)
-    assert "second finding below" not in said and "its own issue" not in said, said
-    assert said == ("none for #161889; under `sac(compile(f))` the policy applied in this run (the forward matmul "
-                    "was saved): no second finding to file.")
+    assert "second finding below" not in said and "an issue of its own" not in said, said
+    assert said == ("keep #161889 closed; under `sac(compile(f))` the policy applied in this run (the forward matmul "
+                    "was saved): no second finding to track.")
     # where the policy's MUST_SAVE was ignored, the section states the finding, and the next step files it
     report["policy"].update(with_context_matmul_recomputed_in_backward=True, ops_seen={"with_context": [
         ["aten.mm.out", "PREFER_RECOMPUTE", 2]]})
     report["policy"]["backward_matmuls"]["with_context"] = 3
     assert render.SECOND_FINDING in " ".join(render.second_finding(report))
-    assert render.next_step(report) == "none for #161889; the second finding below needs its own issue (#161889 is closed)."
+    assert render.next_step(report) == "keep #161889 closed; track the second finding below in an issue of its own."
     # not measured: the next step claims neither
     report["policy"].update(with_context_matmul_recomputed_in_backward=None)
-    assert render.next_step(report) == "none for #161889."
+    assert render.next_step(report) == "keep #161889 closed."
 
 
 def test_the_strict_policy_step_names_the_section_the_paste_has():

@@ -76,6 +76,18 @@ def test_what_pytorch_supports_and_what_stays_open_come_from_the_run():
     assert "*Map the op*" in text and "*Warn*" in text
 
 
+def test_named_regions_are_said_as_upstream_has_them():
+    """Issue 46: the bullet said SAC asks about a named region 'once per step' (once per call), did
+    not say that `name=` needs `wrap_inductor_compiled_regions` too, nor what #175229 is, and began a
+    sentence 'Pytorch/pytorch#175229'."""
+    named = next(l for l in sections(markdown(FIXED)).splitlines() if l.startswith("- Named regions"))
+    for words in ("`torch.compile(f, name=...)` (pytorch/pytorch#175390, implemented by pytorch/pytorch#179003, 2.12 "
+                  "and later)", "`options={\"wrap_inductor_compiled_regions\": True}` (off by default through 2.15)",
+                  "once per call", "pytorch/pytorch#175229 is ezyang's open issue"):
+        assert words in named, (words, named)
+    assert "per step" not in named and "Pytorch/" not in named
+
+
 def test_those_paragraphs_change_with_the_evidence():
     """Another run's evidence, another text: nothing in them is written in advance."""
     raw = copy.deepcopy(FIXED)

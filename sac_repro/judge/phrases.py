@@ -14,12 +14,19 @@ TABLE_HEADER = ("scenario", "compiled calls", "eager pointwise ops", "kernels", 
 THEN_RAISED = ", then raised"
 NONE_SEEN = "none seen: Dynamo raised"
 ABLATION_HEADER = ("backend", "Dynamo ran f under SAC", "the policy was asked about", "matmuls in one backward")
-# Upstream's named regions, as measured apart from any run of the bundle (docs/policy.md, its transcript)
+# Upstream's named regions: what they need (read from the wheels and upstream's threads), and what they gave,
+# as measured apart from any run of the bundle (docs/policy.md, its transcript)
+NAMED_REGIONS_NEED = (
+    "`torch.compile(f, name=...)` (pytorch/pytorch#175390, implemented by pytorch/pytorch#179003, 2.12 and later) "
+    "names a region for SAC only together with `options={\"wrap_inductor_compiled_regions\": True}` (off by default "
+    "through 2.15)")
 NAMED_REGIONS_MEASURED = (
-    "measured on torch 2.13 and 2.15 (CPU): SAC asks the policy once per step about "
+    "measured on torch 2.13 and 2.15 (CPU) with the report's f: SAC asks the policy once per call about "
     "`inductor_compiled_code` with the keyword `name=`; `MUST_SAVE` for that name saves the region whole (2 "
     "matmuls in one backward), and a per-op policy gets only the region, recomputed whole (3)")
-ISSUE_175229 = "pytorch/pytorch#175229 is upstream's open issue on matching compiled regions in SAC policies by name"
+ISSUE_175229 = ("pytorch/pytorch#175229 is ezyang's open issue on SAC policies under `wrap_inductor_compiled_regions`: "
+                "they see only `inductor_compiled_code`, so a policy cannot match a region such as flex attention by "
+                "what it is")
 
 
 def report_code(script_path):
@@ -28,12 +35,14 @@ def report_code(script_path):
         return fh.read()
 
 
-def environment_line(env):
+def environment_line(env, paths=True):
+    """The torch under test and its machine, one line; with paths=False (the paste) a change is named
+    without its file, which a reader of the issue has not got."""
     keys = (("python", "python"), ("torch", "torch"), ("torch_git", "git"), ("triton", "triton"),
             ("cuda_runtime", "CUDA runtime"), ("gpu", "GPU"), ("driver", "driver"),
             ("device", "device"), ("nvtx", "nvtx"))
     line = " | ".join("%s %s" % (label, env[k]) for k, label in keys if env.get(k))
-    return line + (" | changed: " + changes_said(env["changes"]) if env.get("changes") else "")
+    return line + (" | changed: " + changes_said(env["changes"], paths) if env.get("changes") else "")
 
 
 def changes_said(changes, paths=True):
@@ -190,9 +199,9 @@ def torch_line(report, changes=True):
                                          ", **%s**" % changes_said(changed) if changed and changes else "")
 
 
-def versions_details(env, collect_env):
+def versions_details(env, collect_env, paths=True):
     return ["<details><summary>Versions (python -m torch.utils.collect_env)</summary>", "", "```",
-            environment_line(env), "", collect_env or "(not collected)", "```", "", "</details>"]
+            environment_line(env, paths), "", collect_env or "(not collected)", "```", "", "</details>"]
 
 
 # The policy's table: each arrangement of the report's f and policy, what the policy was asked, and

@@ -306,6 +306,11 @@ def report_from_child(raw, terms, strict_policy):
     return settle(report, *decide(report["scenarios"], report["policy"], strict_policy), terms)
 
 
+# The reading that places the second finding in Inductor (the paste words it from the rows: render.ablation_said)
+INDUCTOR_READING = ("Inductor: only with inductor does the policy see `aten.mm.out` instead of `aten.mm.default` "
+                    "(the second finding is Inductor's)")
+
+
 def ablation_reading(rows, control_compiled=True, case_saw=None):
     """The one line the ablation reads to: whose module a finding is. Each claim needs its rows:
     Dynamo's only where f compiles without SAC (the control) and no backend ran it compiled with
@@ -328,8 +333,7 @@ def ablation_reading(rows, control_compiled=True, case_saw=None):
     others = [ops for name, ops in ran.items() if not name.startswith("inductor")]
     if inductor is not None and "aten.mm.out" in inductor and "aten.mm.default" not in inductor \
             and others and all("aten.mm.default" in ops for ops in others):
-        return ("Inductor: only with inductor does the policy see `aten.mm.out` instead of `aten.mm.default` "
-                "(the second finding is Inductor's)")
+        return INDUCTOR_READING
     plain = [ops for name, ops in ran.items() if not name.startswith("inductor +")]
     if len(plain) == len([r for r in rows if not r["backend"].startswith("inductor +")]) and \
             all("aten.mm.default" in ops for ops in plain):

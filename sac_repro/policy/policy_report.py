@@ -7,7 +7,7 @@ import os
 from ..judge.changes import REVERTED
 from ..judge.command import command_line
 from ..judge.phrases import (asked_ops, changes_said, home_hidden, ISSUE_175229, markdown_table, NAMED_REGIONS_MEASURED,
-                             policy_actual, POLICY_HEADER, policy_rows, said_lines, torch_line, under_sac,
+                             NAMED_REGIONS_NEED, policy_actual, POLICY_HEADER, policy_rows, said_lines, torch_line, under_sac,
                              versions_details)
 from ..judge.verdict import B_NO_CHECKPOINT, B_WORKAROUND, B_WRAPPED, CASE, WORKAROUND, WRAPPED
 
@@ -109,8 +109,8 @@ def supported_and_open(report, bench):
                      "as no checkpoint at all (%.2f GiB), against %.2f GiB for `compile(sac(block))`."
                      % (wrapped["mem"], nockpt["mem"], workaround["mem"]))
         out.append(item)
-        out.append("- Named regions (2.12 and later: `torch.compile(f, name=...)` with that option), not in this run but "
-                   "%s, the report's f. %s." % (NAMED_REGIONS_MEASURED, ISSUE_175229[0].upper() + ISSUE_175229[1:]))
+        out.append("- Named regions, not in this run: %s; %s. %s." % (NAMED_REGIONS_NEED, NAMED_REGIONS_MEASURED,
+                                                                      ISSUE_175229))
     else:
         out.append("- `wrap_inductor_compiled_regions` (2.10 and later) is not in this torch: not measured.")
     out += ["", "**What stays open:** a policy written for the model's ops, under `sac(compile(f))`, was asked "

@@ -1,9 +1,8 @@
-"""Undoes torch 2.10's fix of pytorch/pytorch#161889 in any Python started with this folder on
-PYTHONPATH: SAC's two dispatch modes answer `ignore_compile_internals() -> False` again, as on
-2.5-2.9, so a GPU that has only a fixed torch shows what an affected torch runs.
-
-    PYTHONPATH=sac_repro/revert_fix python3 torch_compile_selective_activation_checkpoint.py
-    PYTHONPATH=sac_repro/revert_fix ./run_nsys.sh
+"""Undoes torch 2.10's fix of pytorch/pytorch#161889 in any Python started with the folder holding
+this file on PYTHONPATH: SAC's two dispatch modes answer `ignore_compile_internals() -> False`
+again, as on 2.5-2.9, so a machine that has only a fixed torch shows what an affected torch runs.
+Put that folder on PYTHONPATH before the command that runs the repro, and every Python it starts
+loads this file first.
 
 Nothing is imported here: the modes are patched when torch.utils.checkpoint is first imported,
 so a process that never imports torch (the script's parent, nsys, pip) is left as it was.
