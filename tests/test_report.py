@@ -215,6 +215,7 @@ def test_the_markdown_transcript_is_what_the_code_prints_today(fixed_run):
         pytest.skip("the recorded block is of torch 2.13.0; this is %s" % report["torch_version"])
     printed = markdown.splitlines()
     assert drift_lines(recorded) == drift_lines(printed)
+    assert_the_paste_is_apart_from_what_is_said_of_it(section)
     # the collapsed code is the script file (test_markdown_carries_the_script_byte_for_byte): the
     # transcript cuts it, and says how long it is
     cut = re.fullmatch(r"\[\.\.\. torch_compile_selective_activation_checkpoint\.py, the script file, "
@@ -231,6 +232,17 @@ def test_the_reverted_markdown_transcript_is_what_the_code_prints_today(reverted
     assert drift_lines(recorded) == drift_lines(markdown.splitlines())
     revert = re.search(r"revert/sitecustomize.py \(undoes the 2.10 fix\).*?```python\n(.*?)```", "\n".join(recorded), re.S)
     assert revert and revert.group(1) == render.report_code(render.REVERT_FILE)
+    assert_the_paste_is_apart_from_what_is_said_of_it("\n".join(recorded))
+
+
+def assert_the_paste_is_apart_from_what_is_said_of_it(section):
+    """Issue 46: the fixed recording used `<venv>`/`<repo>` with no word on them, and its metadata ran
+    into the paste, which renders as the page's own markdown: the edits are said before it, and the
+    paste stands between two rules."""
+    before, paste, after = section.split("\n---\n")
+    assert "machine paths shortened to `<repo>/` and `<venv>/`" in " ".join(before.split()), before
+    assert paste.lstrip("\n").startswith("### 🐛 Describe the bug\n") and "</details>" in paste.rstrip()[-12:]
+    assert "### " not in before + after and ("<venv>" in paste) and "<venv>" not in after
 
 
 @pytest.mark.unit
