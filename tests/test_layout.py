@@ -114,11 +114,44 @@ def test_the_readme_is_short_and_in_its_users_order():
         return len(readme[:readme.index(text) + len(text)].split()) / 200
 
     assert minutes_to("python3 torch_compile_selective_activation_checkpoint.py\n") <= 1
-    assert minutes_to("| 128 |") <= 1.5
-    assert minutes_to("kernels; tables drop that prefix).") <= 3  # the end of the kernel names' list
+    # the exit codes: to the end of their table's last row, which comes before any sample output
+    table_end = re.search(r"^\| 128 \|.*\|$", readme, re.M).group(0)
+    assert minutes_to(table_end) <= 1.5
+    assert readme.index(table_end) < readme.index("\nf_compiled under SAC: ")
+    assert minutes_to("kernel names, which tables leave out.") <= 3  # the end of the kernel names' list
     assert minutes_to("--markdown --plot evidence.png") <= 4
     assert len(readme.split()) / 200 <= 5  # the whole
     assert len(open(os.path.join(ROOT, "expected_output.md")).read().splitlines()) <= 300
+
+
+@pytest.mark.unit
+def test_the_readme_says_each_thing_before_it_uses_it():
+    """Issue 46, a newcomer's reading: the user's pattern by upstream's name, sac(compile(f)), early;
+    f's body where f comes in, before 'the matmul'; Dynamo's refusal in plain words, not 'non-infra
+    dispatch mode' and 'frames'; what upgrading leaves, and the arrangement for every version spelled
+    out; what the script prints besides its line; the 2.9.1 sample's torch said to be a CUDA build
+    run on the CPU; the exit codes' names said to be the judged run's; SAC_REPRO_URL an environment
+    variable; CI as it is."""
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    prose = re.sub(r"```.*?```", "", readme, flags=re.S)  # the outputs shown are the runs' own words
+    words = prose.split()
+    assert "sac(compile(f))" in " ".join(words[:40])
+    f_body = "`f(x, y) = (3 * x + 1) @ (2 * y + 1)`"
+    assert prose.index(f_body) < prose.index("matmul")
+    # Dynamo's refusal in plain words; each term where it is first used, defined there
+    assert "non-infra" not in prose and "frames" not in prose and "has not opted in" in prose.split("## Run it")[0]
+    for term, defined in (("judged run", "judged run (below)"), ("NVTX range", "NVTX range (a named span"),
+                          ("named region", "named regions (`torch.compile(f, name=")):
+        assert prose.index(term) == prose.index(defined), term
+    advice = " ".join(prose.split("## Run it")[0].split())
+    assert "upgrading" in advice.lower() and "second finding" in advice and "every version" in advice
+    assert "`torch.compile(lambda x, y: checkpoint(f, x, y, use_reentrant=False, context_fn=context_fn))`" in advice
+    run_it = " ".join(prose.split("## Run it")[1].split("## ")[0].split())
+    assert "traceback" in run_it and "stderr" in run_it
+    assert "PyPI's CUDA build, run on the CPU" in run_it
+    assert "Its exit codes, named as the judged run (below) names them:" in run_it  # the script prints no name
+    assert "environment variable `SAC_REPRO_URL`" in " ".join(prose.split())
+    assert "`.ci/run` runs both" in " ".join(prose.split())
 
 
 @pytest.mark.unit
