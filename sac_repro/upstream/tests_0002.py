@@ -60,6 +60,15 @@ def _counting_context_fn():
     return create_selective_checkpoint_contexts(policy_fn)
 
 
+def _refusing_context_fn():
+    def policy_fn(ctx, op, *args, **kwargs):
+        if op == torch.ops.aten.mm.default:
+            raise ValueError("this policy refuses aten.mm")
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy_fn)
+
+
 class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCase):
     # With torch.utils.checkpoint._sac_policy_applies_to_compiled_fn on, checkpoint runs
     # checkpoint(torch.compile(f), ..., use_reentrant=False, context_fn=...) as
@@ -94,6 +103,10 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
         with torch.profiler.profile() as prof:
             loss.backward()
         return _matmuls_computed(prof, "cpu")
+
+    def _nested(self, fn, context_fn):
+        inner = self._sac(fn, context_fn)
+        return lambda *args: checkpoint(inner, *args, use_reentrant=False)
 
     def _run(self, step, *args):
         # ... and what checkpoint said
@@ -162,15 +175,16 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
         hooked = _ThreeMM()
         hooked.register_forward_hook(lambda *a: None)
         declines = [
-            (lambda: lambda *a: checkpoint(
-                self._sac(torch.compile(_three_mm), _save_mm_context_fn()), *a,
-                use_reentrant=False), args, "nested in another checkpoint"),
+            (lambda: self._nested(torch.compile(_three_mm), _save_mm_context_fn()), args,
+             "nested in another checkpoint"),
             (lambda: self._sac(torch.compile(hooked), _save_mm_context_fn()), args[:1],
              "the compiled module has hooks"),
             (lambda: self._sac(torch.compile(_ThreeMM(norm=True)), _save_mm_context_fn()),
              args[:1], "f changes a tensor in place"),
             (lambda: self._sac(torch.compile(_three_mm_with_break), _save_mm_context_fn()),
-             args, "compile(sac(f)) did not compile"),
+             args, "compile(sac(f)) did not compile (Unsupported: "),
+            (lambda: self._sac(torch.compile(_three_mm), _refusing_context_fn), args,
+             "did not compile (ValueError: this policy refuses aten.mm)"),
             (lambda: self._sac(torch.compile(_three_mm_with_checkpoint), _save_mm_context_fn()),
              args, "f calls checkpoint itself"),
             (lambda: self._sac(torch.compile(_three_mm), _ContextFn()), args,

@@ -235,9 +235,7 @@ def checkpoint(checkpoint_fn, function, /, *args, context_fn, **kwargs):
         if _is_recompile_limit(e):
             # where f itself would run eagerly too, past its own limit: eager SAC
             return _as_today(checkpoint_fn, f, args, options, kwargs)
-        why = _region.veto or "compile(sac(f)) did not compile ({})".format(
-            (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        )
+        why = _region.veto or f"compile(sac(f)) did not compile ({_cause(e)})"
         _region.quiet += 1
         try:
             out = _as_today(checkpoint_fn, function, args, options, kwargs)
@@ -268,6 +266,15 @@ def _is_compile_error(e) -> bool:
     return isinstance(e, _Veto) or type(e).__module__.startswith(
         ("torch._dynamo", "torch._inductor")
     )
+
+
+def _cause(e) -> str:
+    """The error that stopped the compile, as "Type: message": a backend's failure holds
+    it as inner_exception, its own first line naming only the backend."""
+    while getattr(e, "inner_exception", None) is not None:
+        e = e.inner_exception
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
 def _is_recompile_limit(e) -> bool:
