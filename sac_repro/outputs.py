@@ -5,6 +5,7 @@ one. The internal options write only the bundle's own temporary files.
 """
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -251,3 +252,28 @@ def not_our_temp_file(path, kind):
     if st.st_size:
         return "not empty"
     return None
+
+
+def write_trace(folder, path, scrub):
+    """--trace: the child's TORCH_TRACE folder as one .tar.gz at path, each log's text through
+    scrub (the judge's: the home folder as ~, which the logs quote in every file name, and the
+    archive is made to attach to an issue); the folder removed. Returns what it holds."""
+    import io
+    import tarfile
+    import time
+    try:
+        names = sorted(os.listdir(folder))
+        def write(target):
+            with tarfile.open(target, "w:gz") as tar:
+                for name in names:
+                    with open(os.path.join(folder, name), encoding="utf-8", errors="surrogateescape") as fh:
+                        text = scrub(fh.read()).encode("utf-8", "surrogateescape")
+                    member = tarfile.TarInfo(os.path.join("torch_trace", name))
+                    member.size, member.mtime, member.mode = len(text), int(time.time()), 0o644
+                    tar.addfile(member, io.BytesIO(text))
+        replace_atomically(path, write)
+    except OSError as e:
+        raise OutputError("cannot write --trace %s: %s" % (path, e.strerror or e))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"path": path, "logs": names}

@@ -144,9 +144,14 @@ def test_json_writes_the_home_folder_as_tilde_and_no_secret(monkeypatch):
                  "TORCHINDUCTOR_CACHE_DIR": home, "CXX": "ccache %s/bin/g++" % home, "TORCHINDUCTOR_AUTH_HDR": "sekrit",
                  "TORCHINDUCTOR_REDIS_URL": "redis://cache:6379/0?password=hunter2"}.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setattr(cli, "run_child", lambda *a: (recorded(data("cpu-torch2.13", "child_fixed.json")), ""))
+    child = recorded(data("cpu-torch2.13", "child_fixed.json"))
+    child["said"] = [{"where": "importing torch", "kind": "warning", "file": home + "/site/sitecustomize.py",
+                      "text": "UserWarning: a cache under %s/ic is old" % home}]
+    monkeypatch.setattr(cli, "run_child", lambda *a: (child, ""))
     rc, stdout, stderr = judge("--device", "cpu", "--json", "-")
+    assert home + "/" not in stdout, "the home folder, whole, in --json"  # every string, the quoted lines' too
     report = json.loads(stdout)
+    assert report["said"][0]["file"] == "~/site/sitecustomize.py" and report["said"][0]["text"].endswith("~/ic is old")
     assert rc == 0 and report["python_executable"] == "~/" + os.path.relpath(sys.executable, home), stderr
     assert report["rerun_env"] == {"PYTHONPATH": "~/site:/opt" + home, "TORCHINDUCTOR_CACHE_DIR": "~",
                                    "CXX": "ccache ~/bin/g++", "TORCHINDUCTOR_AUTH_HDR": None,
@@ -537,6 +542,26 @@ def test_an_output_under_the_longest_legal_name_is_written(tmp_path, option, ext
     rc, stdout, stderr = judge("--from-nsys", FIXED_CSV, option, str(out))
     assert rc == 0, stderr
     assert out.stat().st_size > 0 and os.listdir(tmp_path) == [out.name]
+
+
+@pytest.mark.unit
+def test_the_trace_archive_names_the_home_folder_as_tilde(tmp_path, monkeypatch):
+    """--trace's archive is made to attach to a public issue, and TORCH_TRACE's logs quote every
+    file's path whole, the home folder's too (seen 130 times in one run's archive)."""
+    import tarfile
+    from sac_repro import outputs
+    from sac_repro.judge.phrases import home_hidden
+    home = str(tmp_path / "home" / "al")
+    monkeypatch.setenv("HOME", home)
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    (folder / "dedicated_log_torch_trace_1.log").write_text(
+        'V1206 {"dynamo_start": {"stack": [{"filename": "%s/repro.py"}]}}\n%s2/x.py\n' % (home, home))
+    held = outputs.write_trace(str(folder), str(tmp_path / "t.tar.gz"), home_hidden)
+    assert held["logs"] == ["dedicated_log_torch_trace_1.log"] and not folder.exists()
+    with tarfile.open(tmp_path / "t.tar.gz") as tar:
+        text = tar.extractfile("torch_trace/dedicated_log_torch_trace_1.log").read().decode()
+    assert text == 'V1206 {"dynamo_start": {"stack": [{"filename": "~/repro.py"}]}}\n%s2/x.py\n' % home, text
 
 
 @pytest.mark.release  # a whole run and tlparse (7 s); its usage errors stay fast

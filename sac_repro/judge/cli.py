@@ -20,6 +20,7 @@ from .. import outputs
 from . import plot
 from .captures import load_ranges, sqlite_of_nsys_rep, timeline_from_sqlite
 from .changes import published
+from .phrases import home_hidden
 from ..exits import (codes_help, dies_with_parent, end_group, end_own_group, EXIT_ABORT, EXIT_CANNOT_TEST, EXIT_OK,
                      guarded, Interrupted, one_line, OutputError, raised_by_this_bundle, say_error, UsageError)
 from ..policy.policy_report import render_policy_markdown
@@ -225,14 +226,14 @@ def run(script_path, argv):
         report = report_from_child(raw, args.terms, args.strict_policy)
         report["python_executable"] = sys.executable  # the torch's: what a failed import is named by
         if args.trace:
-            report["trace"] = write_trace(args.trace_dir, args.trace)
+            report["trace"] = outputs.write_trace(args.trace_dir, args.trace, home_hidden)
     # What reruns it: a judge of a capture file alone reruns on the file, whatever its environment.
     report["rerun_env"] = rerun_env(os.environ, through_run_nsys=bool(capture_run)) \
         if capture_run or (args.from_nsys is None and args.from_ncu is None) else {}
     if args.plot:
         draw(report, args)
     # in the order printed: scenarios as the table lists them
-    as_json = json.dumps(published(report), indent=2)
+    as_json = home_hidden(json.dumps(published(report), indent=2))  # the home folder as ~ in every string
     if args.json == "-":
         emit(as_json)
         return report["exit_code"]
@@ -420,23 +421,6 @@ def said_at_start_up(raw, text):
         raw["said"] = [{"where": "at Python's start-up", "kind": "output", "file": None, "text": line}
                        for line in lines[:KEPT]] + raw.get("said", [])
     return raw
-
-
-def write_trace(folder, path):
-    """--trace: the child's TORCH_TRACE folder as one .tar.gz at path; returns what it holds."""
-    import tarfile
-    try:
-        names = sorted(os.listdir(folder))
-        def write(target):
-            with tarfile.open(target, "w:gz") as tar:
-                for name in names:
-                    tar.add(os.path.join(folder, name), arcname=os.path.join("torch_trace", name))
-        outputs.replace_atomically(path, write)
-    except OSError as e:
-        raise OutputError("cannot write --trace %s: %s" % (path, e.strerror or e))
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return {"path": path, "logs": names}
 
 
 def printed_by_torch(log):
