@@ -183,7 +183,9 @@ OP_POLICY_AFTER = '''    # A per-op policy reaches the ops of a compiled region 
     # compile(sac(f)), with torch.utils.checkpoint._sac_policy_applies_to_compiled_fn on.
     # With it off SAC is asked about what Inductor's code dispatches (aten.mm.out), so
     # MUST_SAVE on aten.mm.default never matches and backward reruns the region's matmul.
-    @mock.patch.object(torch.utils.checkpoint, "_sac_policy_applies_to_compiled_fn", True)
+    @mock.patch.object(
+        torch.utils.checkpoint, "_sac_policy_applies_to_compiled_fn", True, create=True
+    )
 '''
 
 

@@ -76,14 +76,21 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
     # (pytorch/pytorch#161889); where it cannot, the call runs as with the switch off, and
     # a warning says why.
     def setUp(self):
+        # resets Dynamo, and with it what checkpoint said and counted
         super().setUp()
-        switch = mock.patch.object(
-            torch.utils.checkpoint, "_sac_policy_applies_to_compiled_fn", True
-        )
+        switch = self._switch(True)
         switch.start()
         self.addCleanup(switch.stop)
-        torch.utils._sac_compiled_fn._said.clear()
-        torch.utils._sac_compiled_fn._per_code.clear()
+
+    @staticmethod
+    def _switch(on):
+        # create=True: on a torch without the switch, a test fails on what it measures
+        return mock.patch.object(
+            torch.utils.checkpoint,
+            "_sac_policy_applies_to_compiled_fn",
+            on,
+            create=True,
+        )
 
     @staticmethod
     def _inputs():
@@ -95,6 +102,10 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
             fn, *args, use_reentrant=False, context_fn=context_fn, **kwargs
         )
 
+    def _nested(self, fn, context_fn):
+        inner = self._sac(fn, context_fn)
+        return lambda *args: checkpoint(inner, *args, use_reentrant=False)
+
     @staticmethod
     def _bwd(step, *args):
         # backward matmuls of the step after one that compiles
@@ -104,36 +115,33 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
             loss.backward()
         return _matmuls_computed(prof, "cpu")
 
-    def _nested(self, fn, context_fn):
-        inner = self._sac(fn, context_fn)
-        return lambda *args: checkpoint(inner, *args, use_reentrant=False)
-
-    def _run(self, step, *args):
-        # ... and what checkpoint said
+    def _bwd_unsaid(self, step, *args):
+        # ... where checkpoint says nothing
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             bwd = self._bwd(step, *args)
         said = [str(w.message) for w in caught]
-        return bwd, [
-            m for m in said if m.startswith("torch.utils.checkpoint:")
-        ]
+        self.assertEqual([m for m in said if m.startswith("torch.utils.checkpoint:")], [])
+        return bwd
+
+    def _bwd_said_once(self, regex, step, *args):
+        # ... where checkpoint says what regex matches, once
+        with self.assertWarnsRegex(UserWarning, regex) as said:
+            bwd = self._bwd(step, *args)
+        self.assertEqual(len([w for w in said.warnings if re.search(regex, str(w.message))]), 1)
+        return bwd
 
     def _assert_declined(self, make_step, args, reason):
-        with mock.patch.object(
-            torch.utils.checkpoint, "_sac_policy_applies_to_compiled_fn", False
-        ):
-            today, _ = self._run(make_step(), *args)
+        with self._switch(False):
+            today = self._bwd(make_step(), *args)
         torch._dynamo.reset()
-        bwd, said = self._run(make_step(), *args)
-        self.assertEqual(bwd, today)
-        declines = [m for m in said if "_sac_policy_applies_to_compiled_fn off" in m]
-        self.assertEqual(len(declines), 1, said)
-        self.assertIn(reason, declines[0])
+        declined = "_sac_policy_applies_to_compiled_fn off, .*" + re.escape(reason)
+        self.assertEqual(self._bwd_said_once(declined, make_step(), *args), today)
 
     def test_the_policy_applies_to_a_compiled_function_and_module(self):
         context_fn = _save_mm_context_fn()
         args = self._inputs()
-        self.assertEqual(self._run(self._sac(_three_mm, context_fn), *args), (6, []))
+        self.assertEqual(self._bwd_unsaid(self._sac(_three_mm, context_fn), *args), 6)
         module = _ThreeMM()
         compiled_in_place = copy.deepcopy(module)
         compiled_in_place.compile()
@@ -144,20 +152,16 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
         }
         for name, (fn, fn_args, eager_fn) in forms.items():
             step = self._sac(fn, context_fn)
-            self.assertEqual(self._run(step, *fn_args), (6, []), name)
+            self.assertEqual(self._bwd_unsaid(step, *fn_args), 6, name)
             out = step(*fn_args)
             self.assertEqual(type(out.grad_fn).__name__, "CompiledFunctionBackward")
             self.assertEqual(out, eager_fn(*fn_args), msg=name)
 
     def test_with_the_switch_off_the_policy_sees_inductors_calls(self):
         step = self._sac(torch.compile(_three_mm), _save_mm_context_fn())
-        with mock.patch.object(
-            torch.utils.checkpoint, "_sac_policy_applies_to_compiled_fn", False
-        ):
-            bwd, said = self._run(step, *self._inputs())
+        with self._switch(False):
+            bwd = self._bwd_said_once("asked about aten.mm.out", step, *self._inputs())
         self.assertEqual(bwd, 9)
-        self.assertEqual(len(said), 1)
-        self.assertIn("aten.mm.out", said[0])
 
     def test_the_policy_runs_per_trace_and_per_context_fn(self):
         # a count kept per context_fn() call, and policies alike but for a dict: each as
@@ -167,8 +171,8 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
         compiled = torch.compile(_three_mm)
         args = self._inputs()
         for i, context_fn in enumerate(cases):
-            eager, _ = self._run(self._sac(_three_mm, context_fn), *args)
-            self.assertEqual(self._run(self._sac(compiled, context_fn), *args), (eager, []), i)
+            eager = self._bwd(self._sac(_three_mm, context_fn), *args)
+            self.assertEqual(self._bwd_unsaid(self._sac(compiled, context_fn), *args), eager, i)
 
     def test_declines_where_compile_of_sac_would_differ_from_eager_sac(self):
         args = self._inputs()
@@ -193,28 +197,25 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
                                determinism_check="none"), args, "determinism_check='none'"),
         ]
         for make_step, step_args, reason in declines:
-            torch.utils._sac_compiled_fn._said.clear()
             self._assert_declined(make_step, step_args, reason)
 
     def test_a_strict_stance_declines_a_region_not_compiled_before_it(self):
         compiled = torch.compile(_three_mm)
         args = self._inputs()
         compiled(*args)
+        step = self._sac(compiled, _save_mm_context_fn())
         with torch.compiler.set_stance("fail_on_recompile"):
-            bwd, said = self._run(self._sac(compiled, _save_mm_context_fn()), *args)
+            bwd = self._bwd_said_once(r"set_stance\('fail_on_recompile'\)", step, *args)
         self.assertEqual(bwd, 9)
-        self.assertEqual(len(said), 1)
-        self.assertIn("set_stance('fail_on_recompile')", said[0])
 
     def test_a_context_fn_made_anew_on_every_call_stops_compiling(self):
         cnt = CompileCounterWithBackend("aot_eager")
         compiled = torch.compile(_three_mm, backend=cnt)
         args = self._inputs()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with self.assertWarnsRegex(UserWarning, "dropped after use") as said:
             for _ in range(7):
                 self._sac(compiled, _save_mm_context_fn())(*args).sum().backward()
-        said = [str(w.message) for w in caught if "dropped after use" in str(w.message)]
+        said = [w for w in said.warnings if "dropped after use" in str(w.message)]
         self.assertEqual(len(said), 1)
         # four regions, then f as with the switch off
         self.assertEqual(cnt.frame_count, 5)
@@ -234,7 +235,7 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
             self.assertEqual(self._bwd(step, *args), 9)
         torch._dynamo.reset()
         step = self._sac(torch.compile(_three_mm), context_fn)
-        self.assertEqual(self._run(step, *args), (6, []))
+        self.assertEqual(self._bwd_unsaid(step, *args), 6)
 
     @torch._inductor.config.patch(wrap_inductor_compiled_regions=True)
     def test_wrap_inductor_compiled_regions_is_left_as_it_is(self):
@@ -243,13 +244,10 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
             [torch.ops.higher_order.inductor_compiled_code],
         )
         step = self._sac(torch.compile(_three_mm), context_fn)
-        self.assertEqual(self._run(step, *self._inputs()), (6, []))
+        self.assertEqual(self._bwd_unsaid(step, *self._inputs()), 6)
 
     def test_a_compiled_fn_called_inside_an_eager_fn_is_left_and_warned(self):
         compiled = torch.compile(_three_mm)
         step = self._sac(lambda *a: compiled(*a), _save_mm_context_fn())
-        bwd, said = self._run(step, *self._inputs())
-        self.assertEqual(bwd, 9)
-        self.assertEqual(len(said), 1)
-        self.assertIn("aten.mm.out", said[0])
-        self.assertIn("applies only where checkpoint is given the torch.compile'd", said[0])
+        warned = "aten.mm.out.*applies only where checkpoint is given the torch.compile'd"
+        self.assertEqual(self._bwd_said_once(warned, step, *self._inputs()), 9)
