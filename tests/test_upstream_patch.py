@@ -89,6 +89,15 @@ def test_the_series_applies_cleanly_and_adds_the_candidates_module(tmp_path):
     assert make_series.candidate_hook() in checkpoint and "%s: bool = False\n" % make_series.SWITCH in checkpoint
 
 
+def test_each_line_the_series_adds_fits_pytorchs_88_columns():
+    """PyTorch's ruff config: line-length 88 (E501), which `ruff format` keeps to but for comments
+    and strings; and no str.format where ruff's UP032 wants an f-string."""
+    for patch in PATCHES:
+        added = [l[1:].rstrip("\n") for l in open(patch, encoding="utf-8") if l.startswith("+") and not l.startswith("+++")]
+        assert added and [l for l in added if len(l) > 88] == [], os.path.basename(patch)
+        assert [l for l in added if '".format(' in l] == [], os.path.basename(patch)
+
+
 # ------------------------------------------------------------------------- on a patched copy of torch
 def clean_env(root, torch_on_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}

@@ -110,14 +110,15 @@ def candidate_hook():
 
 
 def hook_layout(block):
-    """The candidate's statement in PyTorch's layout (checkpoint.py's, 88 columns)."""
+    """The candidate's statement in PyTorch's layout (`ruff format`, 88 columns)."""
     import ast
     tree = ast.parse(block)
     [stmt] = tree.body
     call = stmt.body[0].value
     args = [ast.unparse(a) for a in call.args] + [ast.unparse(k) for k in call.keywords]
-    lines = ["if (", "    %s" % ast.unparse(stmt.test.values[0]),
-             "    and %s" % ast.unparse(stmt.test.values[1]), "):",
+    switch, applies = stmt.test.values
+    lines = ["if %s and %s(" % (ast.unparse(switch), ast.unparse(applies.func)),
+             "    %s" % ", ".join(ast.unparse(a) for a in applies.args), "):",
              "    return %s(" % ast.unparse(call.func)]
     lines += ["        %s," % a for a in args] + ["    )"]
     return "\n".join(lines) + "\n"
@@ -172,17 +173,18 @@ def stage_1(files):
     return out
 
 
-OP_POLICY_BEFORE = '''    # The proposal: a per-op policy should reach the ops of a compiled region. Today SAC is
-    # asked about what Inductor's code dispatches (aten.mm.out), so MUST_SAVE on
+OP_POLICY_BEFORE = '''    # The proposal: a per-op policy should reach the ops of a compiled region. Today SAC
+    # is asked about what Inductor's code dispatches (aten.mm.out), so MUST_SAVE on
     # aten.mm.default never matches and backward reruns the region's matmul.
     @_expected_failure_on(
         "pytorch/pytorch#161889: backward computed 3 matmuls, against 2"
     )
 '''
-OP_POLICY_AFTER = '''    # A per-op policy reaches the ops of a compiled region where checkpoint runs the call as
-    # compile(sac(f)), with torch.utils.checkpoint._sac_policy_applies_to_compiled_fn on.
-    # With it off SAC is asked about what Inductor's code dispatches (aten.mm.out), so
-    # MUST_SAVE on aten.mm.default never matches and backward reruns the region's matmul.
+OP_POLICY_AFTER = '''    # A per-op policy reaches the ops of a compiled region where checkpoint runs the
+    # call as compile(sac(f)), with
+    # torch.utils.checkpoint._sac_policy_applies_to_compiled_fn on. With it off SAC is
+    # asked about what Inductor's code dispatches (aten.mm.out), so MUST_SAVE on
+    # aten.mm.default never matches and backward reruns the region's matmul.
     @mock.patch.object(
         torch.utils.checkpoint, "_sac_policy_applies_to_compiled_fn", True, create=True
     )

@@ -78,9 +78,9 @@ def _save_compiled_region_policy(ctx, op, *args, **kwargs):
 def _matmuls_computed(prof, device):
     # A deliberate copy of sac_repro/judge/measure.py's backward_matmuls, in PyTorch's test idiom: this
     # block is pasted into PyTorch's test file and must not import the bundle.
-    # On CUDA a matmul served from SAC's cache launches no kernel. On the CPU, an aten::mm
-    # that a dispatch mode intercepts wraps the one that computes, and one served from
-    # SAC's cache only detaches the saved output.
+    # On CUDA a matmul served from SAC's cache launches no kernel. On the CPU, an
+    # aten::mm that a dispatch mode intercepts wraps the one that computes, and one
+    # served from SAC's cache only detaches the saved output.
     if torch.device(device).type == "cuda":
         return sum(
             e.device_type == torch.autograd.DeviceType.CUDA
@@ -100,8 +100,8 @@ def _matmuls_computed(prof, device):
 
 def _expected_failure_on(message):
     """unittest.expectedFailure for one known failure only: an AssertionError whose text
-    holds `message`. Any other exception is re-raised from a cleanup, which unittest runs
-    after the expected-failure window, so it fails the test instead."""
+    holds `message`. Any other exception is re-raised from a cleanup, which unittest
+    runs after the expected-failure window, so it fails the test instead."""
 
     def decorator(test):
         @functools.wraps(test)
@@ -147,7 +147,7 @@ class SelectiveCheckpointOfCompiledFnTests(torch._dynamo.test_case.TestCase):
         self.assertEqual(out, ref)
         self.assertEqual(x.grad, x_ref.grad)
         self.assertEqual(y.grad, y_ref.grad)
-        # AOTAutograd's autograd.Function made the output only if the compiled graph ran.
+        # AOTAutograd's autograd.Function made the output only where the graph ran.
         return type(out.grad_fn).__name__ == "CompiledFunctionBackward"
 
     def _matmuls_in_backward(self, fn, device):
@@ -182,24 +182,24 @@ class SelectiveCheckpointOfCompiledFnTests(torch._dynamo.test_case.TestCase):
         self.assertEqual(
             runs,
             3,
-            f"pytorch/pytorch#161889: {3 - runs} of 3 calls of the compiled f under SAC "
-            "ran eagerly: Dynamo skipped f under SAC's dispatch mode",
+            f"pytorch/pytorch#161889: {3 - runs} of 3 calls of the compiled f under "
+            "SAC ran eagerly: Dynamo skipped f under SAC's dispatch mode",
         )
         # one frame compiled, whether as f itself (today) or as compile(sac(f)) with f's
         # ops inside its checkpoint subgraph (a fix that moves the checkpoint in)
         self.assertEqual(cnt.frame_count, 1)
 
-    # The proposal: a per-op policy should reach the ops of a compiled region. Today SAC is
-    # asked about what Inductor's code dispatches (aten.mm.out), so MUST_SAVE on
+    # The proposal: a per-op policy should reach the ops of a compiled region. Today SAC
+    # is asked about what Inductor's code dispatches (aten.mm.out), so MUST_SAVE on
     # aten.mm.default never matches and backward reruns the region's matmul.
     @_expected_failure_on(
         "pytorch/pytorch#161889: backward computed 3 matmuls, against 2"
     )
     def test_sac_op_policy_applies_inside_compiled_fn(self, device):
-        # The nearest test, test_compile_selective_checkpoint_must_not_recompute_gemm (GPU
-        # only), checks this policy under compile(sac(f)) in the traced graphs. Under
-        # sac(compile(f)) SAC recomputes at run time, outside any graph: counted with the
-        # profiler, checked against eager f under SAC first.
+        # The nearest test, test_compile_selective_checkpoint_must_not_recompute_gemm
+        # (GPU only), checks this policy under compile(sac(f)) in the traced graphs.
+        # Under sac(compile(f)) SAC recomputes at run time, outside any graph: counted
+        # with the profiler, checked against eager f under SAC first.
         eager_asked, compiled_asked = [], []
         sac_of_eager = self._sac_of(_sac_fn, _save_mm_policy(eager_asked))
         n = self._matmuls_in_backward(sac_of_eager, device)
@@ -222,10 +222,11 @@ class SelectiveCheckpointOfCompiledFnTests(torch._dynamo.test_case.TestCase):
 
     def test_sac_region_policy_saves_compiled_region(self, device):
         # What 2.10+ supports: with wrap_inductor_compiled_regions SAC sees the compiled
-        # region as one inductor_compiled_code op, saved or recomputed whole. The nearest
-        # test, test_sac_outer_compile_inner_basic in test_wrap_inductor_compiled_regions.py
-        # (CUDA only), checks that the op is visible and the numerics; this one counts that
-        # backward does not rerun the region's matmul.
+        # region as one inductor_compiled_code op, saved or recomputed whole. The
+        # nearest test, test_sac_outer_compile_inner_basic in
+        # test_wrap_inductor_compiled_regions.py (CUDA only), checks that the op is
+        # visible and the numerics; this one counts that backward does not rerun the
+        # region's matmul.
         cnt = CompileCounterWithBackend("inductor")
         sac_of_compiled = self._sac_of(
             torch.compile(_sac_fn, backend=cnt), _save_compiled_region_policy

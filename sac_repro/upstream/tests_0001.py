@@ -2,9 +2,9 @@
 # before the regression block of test_sac_compile_upstream.py (sac_repro/upstream/make_series.py
 # puts both there). It runs only with the names that file imports.
 class SelectiveCheckpointCompiledRegionWarningTests(torch._dynamo.test_case.TestCase):
-    # Under checkpoint(torch.compile(f), ..., context_fn=...) the SAC policy is asked about the
-    # calls Inductor's code makes (aten.mm.out), not f's ops (pytorch/pytorch#161889). Warn
-    # once there, and nowhere the policy is honoured.
+    # Under checkpoint(torch.compile(f), ..., context_fn=...) the SAC policy is asked
+    # about the calls Inductor's code makes (aten.mm.out), not f's ops
+    # (pytorch/pytorch#161889). Warn once there, and nowhere the policy is honoured.
     def _context_fn(self):
         return functools.partial(
             create_selective_checkpoint_contexts, [torch.ops.aten.mm.default]
@@ -32,7 +32,9 @@ class SelectiveCheckpointCompiledRegionWarningTests(torch._dynamo.test_case.Test
 
     def test_sac_of_inductor_compiled_fn_warns_once(self):
         # once until torch._dynamo.reset(), which the test case's setUp calls
-        fn = self._sac_of(torch.compile(self._fn, backend="inductor"), self._context_fn())
+        fn = self._sac_of(
+            torch.compile(self._fn, backend="inductor"), self._context_fn()
+        )
         regex = "aten.mm.out, the out= call.*wrap_inductor_compiled_regions"
         with self.assertWarnsRegex(UserWarning, regex) as caught:
             for _ in range(3):
@@ -72,5 +74,7 @@ class SelectiveCheckpointCompiledRegionWarningTests(torch._dynamo.test_case.Test
 
     @torch._inductor.config.patch(wrap_inductor_compiled_regions=True)
     def test_no_warning_with_wrap_inductor_compiled_regions(self):
-        fn = self._sac_of(torch.compile(self._fn, backend="inductor"), self._context_fn())
+        fn = self._sac_of(
+            torch.compile(self._fn, backend="inductor"), self._context_fn()
+        )
         self.assertEqual(self._sac_warnings(fn, (8, 8), (8, 8)), [])

@@ -46,7 +46,7 @@ def _save_if_context_fn(table):
 
 
 def _counting_context_fn():
-    # torchtitan's policy: a fresh count per context_fn() call, saving every other matmul
+    # torchtitan's policy: a count per context_fn() call, saving every other matmul
     counts = {False: 0, True: 0}
 
     def policy_fn(ctx, op, *args, **kwargs):
@@ -73,8 +73,8 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
     # With torch.utils.checkpoint._sac_policy_applies_to_compiled_fn on, checkpoint runs
     # checkpoint(torch.compile(f), ..., use_reentrant=False, context_fn=...) as
     # compile(sac(f)), so that the policy applies to f's ops as in eager SAC
-    # (pytorch/pytorch#161889); where it cannot, the call runs as with the switch off, and
-    # a warning says why.
+    # (pytorch/pytorch#161889); where it cannot, the call runs as with the switch off,
+    # and a warning says why.
     def setUp(self):
         # resets Dynamo, and with it what checkpoint said and counted
         super().setUp()
@@ -121,14 +121,18 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
             warnings.simplefilter("always")
             bwd = self._bwd(step, *args)
         said = [str(w.message) for w in caught]
-        self.assertEqual([m for m in said if m.startswith("torch.utils.checkpoint:")], [])
+        self.assertEqual(
+            [m for m in said if m.startswith("torch.utils.checkpoint:")], []
+        )
         return bwd
 
     def _bwd_said_once(self, regex, step, *args):
         # ... where checkpoint says what regex matches, once
         with self.assertWarnsRegex(UserWarning, regex) as said:
             bwd = self._bwd(step, *args)
-        self.assertEqual(len([w for w in said.warnings if re.search(regex, str(w.message))]), 1)
+        self.assertEqual(
+            len([w for w in said.warnings if re.search(regex, str(w.message))]), 1
+        )
         return bwd
 
     def _assert_declined(self, make_step, args, reason):
@@ -167,34 +171,74 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
         # a count kept per context_fn() call, and policies alike but for a dict: each as
         # in eager SAC, each context_fn with its own graph
         mm = torch.ops.aten.mm.default
-        cases = [_counting_context_fn, _save_if_context_fn({mm: 1}), _save_if_context_fn({})]
+        cases = [
+            _counting_context_fn,
+            _save_if_context_fn({mm: 1}),
+            _save_if_context_fn({}),
+        ]
         compiled = torch.compile(_three_mm)
         args = self._inputs()
         for i, context_fn in enumerate(cases):
             eager = self._bwd(self._sac(_three_mm, context_fn), *args)
-            self.assertEqual(self._bwd_unsaid(self._sac(compiled, context_fn), *args), eager, i)
+            self.assertEqual(
+                self._bwd_unsaid(self._sac(compiled, context_fn), *args), eager, i
+            )
 
     def test_declines_where_compile_of_sac_would_differ_from_eager_sac(self):
         args = self._inputs()
         hooked = _ThreeMM()
         hooked.register_forward_hook(lambda *a: None)
         declines = [
-            (lambda: self._nested(torch.compile(_three_mm), _save_mm_context_fn()), args,
-             "nested in another checkpoint"),
-            (lambda: self._sac(torch.compile(hooked), _save_mm_context_fn()), args[:1],
-             "the compiled module has hooks"),
-            (lambda: self._sac(torch.compile(_ThreeMM(norm=True)), _save_mm_context_fn()),
-             args[:1], "f changes a tensor in place"),
-            (lambda: self._sac(torch.compile(_three_mm_with_break), _save_mm_context_fn()),
-             args, "compile(sac(f)) did not compile (Unsupported: "),
-            (lambda: self._sac(torch.compile(_three_mm), _refusing_context_fn), args,
-             "did not compile (ValueError: this policy refuses aten.mm)"),
-            (lambda: self._sac(torch.compile(_three_mm_with_checkpoint), _save_mm_context_fn()),
-             args, "f calls checkpoint itself"),
-            (lambda: self._sac(torch.compile(_three_mm), _ContextFn()), args,
-             "its context_fn is a _ContextFn"),
-            (lambda: self._sac(torch.compile(_three_mm), _save_mm_context_fn(),
-                               determinism_check="none"), args, "determinism_check='none'"),
+            (
+                lambda: self._nested(torch.compile(_three_mm), _save_mm_context_fn()),
+                args,
+                "nested in another checkpoint",
+            ),
+            (
+                lambda: self._sac(torch.compile(hooked), _save_mm_context_fn()),
+                args[:1],
+                "the compiled module has hooks",
+            ),
+            (
+                lambda: self._sac(
+                    torch.compile(_ThreeMM(norm=True)), _save_mm_context_fn()
+                ),
+                args[:1],
+                "f changes a tensor in place",
+            ),
+            (
+                lambda: self._sac(
+                    torch.compile(_three_mm_with_break), _save_mm_context_fn()
+                ),
+                args,
+                "compile(sac(f)) did not compile (Unsupported: ",
+            ),
+            (
+                lambda: self._sac(torch.compile(_three_mm), _refusing_context_fn),
+                args,
+                "did not compile (ValueError: this policy refuses aten.mm)",
+            ),
+            (
+                lambda: self._sac(
+                    torch.compile(_three_mm_with_checkpoint), _save_mm_context_fn()
+                ),
+                args,
+                "f calls checkpoint itself",
+            ),
+            (
+                lambda: self._sac(torch.compile(_three_mm), _ContextFn()),
+                args,
+                "its context_fn is a _ContextFn",
+            ),
+            (
+                lambda: self._sac(
+                    torch.compile(_three_mm),
+                    _save_mm_context_fn(),
+                    determinism_check="none",
+                ),
+                args,
+                "determinism_check='none'",
+            ),
         ]
         for make_step, step_args, reason in declines:
             self._assert_declined(make_step, step_args, reason)
@@ -249,5 +293,7 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
     def test_a_compiled_fn_called_inside_an_eager_fn_is_left_and_warned(self):
         compiled = torch.compile(_three_mm)
         step = self._sac(lambda *a: compiled(*a), _save_mm_context_fn())
-        warned = "aten.mm.out.*applies only where checkpoint is given the torch.compile'd"
+        warned = (
+            "aten.mm.out.*applies only where checkpoint is given the torch.compile'd"
+        )
         self.assertEqual(self._bwd_said_once(warned, step, *self._inputs()), 9)

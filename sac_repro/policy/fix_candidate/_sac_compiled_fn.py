@@ -1,22 +1,23 @@
 # mypy: allow-untyped-defs
 """Selective activation checkpointing (SAC) of a torch.compile'd function.
 
-Under ``checkpoint(torch.compile(f), *args, use_reentrant=False, context_fn=context_fn)``,
-sac(compile(f)), f's compiled code runs under SAC's dispatch modes, which are off while
-Dynamo compiles f (they opt in with ``ignore_compile_internals``). The policy is then asked
-about the calls that Inductor's code makes inside ``CompiledFxGraph.__call__``, such as
-``aten.mm.out``, and never about f's own ops, such as ``aten.mm.default``: backward
-recomputes what the policy says to save (pytorch/pytorch#161889).
+Under ``checkpoint(torch.compile(f), *args, use_reentrant=False,
+context_fn=context_fn)``, sac(compile(f)), f's compiled code runs under SAC's dispatch
+modes, which are off while Dynamo compiles f (they opt in with
+``ignore_compile_internals``). The policy is then asked about the calls that Inductor's
+code makes inside ``CompiledFxGraph.__call__``, such as ``aten.mm.out``, and never about
+f's own ops, such as ``aten.mm.default``: backward recomputes what the policy says to
+save (pytorch/pytorch#161889).
 
 - :func:`on_policy_query`, called by SAC's caching mode, warns once where that happens.
 - :func:`reset`, called by ``torch._dynamo.reset()``, forgets what this module keeps.
-- With ``torch.utils.checkpoint._sac_policy_applies_to_compiled_fn`` set (off by default),
-  :func:`checkpoint` runs such a call as compile(sac(f)): a compiled region, with f's own
-  torch.compile options, whose body is ``checkpoint(f, *args, use_reentrant=False,
-  context_fn=context_fn)``. Dynamo traces that checkpoint as a higher-order op, the user's
-  context_fn is called on every trace, and the partitioner saves what the policy says.
-  Where that would not give eager SAC's answer the call runs as with the switch off, and a
-  warning says why, once.
+- With ``torch.utils.checkpoint._sac_policy_applies_to_compiled_fn`` set (off by
+  default), :func:`checkpoint` runs such a call as compile(sac(f)): a compiled region,
+  with f's own torch.compile options, whose body is ``checkpoint(f, *args,
+  use_reentrant=False, context_fn=context_fn)``. Dynamo traces that checkpoint as a
+  higher-order op, the user's context_fn is called on every trace, and the partitioner
+  saves what the policy says. Where that would not give eager SAC's answer the call runs
+  as with the switch off, and a warning says why, once for each compiled function.
 """
 
 import functools
@@ -54,8 +55,8 @@ def on_policy_query(func) -> None:
         and torch._guards.TracingContext.try_get() is not None
     ):
         _veto(
-            f"f changes a tensor in place ({func}): eager SAC, recomputing f in backward, "
-            "may change it again, and compile(sac(f)) changes it once"
+            f"f changes a tensor in place ({func}): eager SAC, recomputing f in "
+            "backward, may change it again, and compile(sac(f)) changes it once"
         )
     if not inductor_code_running.depth or _region.quiet:
         return
@@ -73,25 +74,26 @@ def on_policy_query(func) -> None:
         )
     _warn_once(
         _POLICY_SEES_COMPILED_CALLS,
-        f"torch.utils.checkpoint: a selective activation checkpointing policy was asked "
-        f"about {func}, the out= call that Inductor's compiled code makes for the compiled "
-        "function's own op: under checkpoint(torch.compile(f), ..., context_fn=...) the "
-        "policy is not asked about f's ops (pytorch/pytorch#161889). To apply a per-op "
-        "policy to them, checkpoint inside the compiled function, compile(sac(f)): "
-        "torch.compile(lambda *args: checkpoint(f, *args, use_reentrant=False, "
-        "context_fn=context_fn)). To have the policy asked about the compiled region as "
-        "one op, set torch._inductor.config.wrap_inductor_compiled_regions = True." + note,
+        "torch.utils.checkpoint: a selective activation checkpointing policy was "
+        f"asked about {func}, the out= call that Inductor's compiled code makes for "
+        "the compiled function's own op: under checkpoint(torch.compile(f), ..., "
+        "context_fn=...) the policy is not asked about f's ops "
+        "(pytorch/pytorch#161889). To apply a per-op policy to them, checkpoint "
+        "inside the compiled function, compile(sac(f)): torch.compile(lambda *args: "
+        "checkpoint(f, *args, use_reentrant=False, context_fn=context_fn)). To have "
+        "the policy asked about the compiled region as one op, set "
+        "torch._inductor.config.wrap_inductor_compiled_regions = True." + note,
     )
 
 
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # checkpoint(torch.compile(f), ...) as compile(sac(f)), behind
 # torch.utils.checkpoint._sac_policy_applies_to_compiled_fn
-# ---------------------------------------------------------------------------------------
-# Regions of one f's code whose context_fn or compiled function was dropped after use: past
-# this many, a context_fn (or torch.compile(f)) made anew on every call would compile on
-# every call, so new ones decline. Regions of one code in use at once: one per block's
-# context_fn, say.
+# --------------------------------------------------------------------------------------
+# Regions of one f's code whose context_fn or compiled function was dropped after use:
+# past this many, a context_fn (or torch.compile(f)) made anew on every call would
+# compile on every call, so new ones decline. Regions of one code in use at once: one
+# per block's context_fn, say.
 DROPPED_PER_CODE = 4
 LIVE_PER_CODE = 256
 
@@ -110,17 +112,21 @@ class _RegionState(threading.local):
 
 
 _region = _RegionState()
-# f's code object -> {"live": regions in use, "dropped": regions whose owner was dropped}
+# f's code object -> {"live": regions in use, "dropped": regions whose owner was
+# dropped}
 _per_code: dict = {}
-# context_fn -> its regions; held weakly, so an entry goes when the user drops the context_fn
+# context_fn -> its regions; held weakly, so an entry goes when the user drops the
+# context_fn
 _regions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# compiled function given to checkpoint -> the reasons its calls were declined, said once
+# compiled function given to checkpoint -> the reasons its calls were declined, said
+# once
 _declines_said: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def reset() -> None:
-    """Called by torch._dynamo.reset(): what this module keeps goes with Dynamo's caches,
-    the regions, the count of dropped ones and what was said, as in a fresh process."""
+    """Called by torch._dynamo.reset(): what this module keeps goes with Dynamo's
+    caches, the regions, the count of dropped ones and what was said, as in a fresh
+    process."""
     _said.clear()
     _per_code.clear()
     _regions.clear()
@@ -146,9 +152,9 @@ def _name_of(f) -> str:
 
 
 def _decline(function, f, why) -> None:
-    """Says why this call runs as with the switch off, once for each compiled function and
-    reason: a context_fn made anew on every call is told once, another torch.compile(f)
-    again."""
+    """Says why this call runs as with the switch off, once for each compiled function
+    and reason: a context_fn made anew on every call is told once, another
+    torch.compile(f) again."""
     try:
         said = _declines_said.setdefault(function, set())
     except TypeError:  # no weak reference to it
@@ -159,9 +165,9 @@ def _decline(function, f, why) -> None:
     warnings.warn(
         "torch.utils.checkpoint: checkpoint(torch.compile(f), ..., context_fn=...) of "
         f"f = {_name_of(f)} runs as it does with "
-        "torch.utils.checkpoint._sac_policy_applies_to_compiled_fn off, its policy not "
-        f"applied to f's ops: {why}. To apply the policy to f's ops, checkpoint inside the "
-        "compiled function, compile(sac(f)): torch.compile(lambda *args: "
+        "torch.utils.checkpoint._sac_policy_applies_to_compiled_fn off, its policy "
+        f"not applied to f's ops: {why}. To apply the policy to f's ops, checkpoint "
+        "inside the compiled function, compile(sac(f)): torch.compile(lambda *args: "
         "checkpoint(f, *args, use_reentrant=False, context_fn=context_fn)).",
         UserWarning,
         stacklevel=4,
@@ -249,7 +255,7 @@ def checkpoint(checkpoint_fn, function, /, *args, context_fn, **kwargs):
                     function,
                     f,
                     "compile(sac(f)) did not compile twice, and the call raised with "
-                    "the switch off too"
+                    "the switch off too",
                 )
             raise
         finally:
@@ -306,7 +312,11 @@ def _compiled_parts(fn):
 
 def _region_template(f, /, *args, **kwargs):  # f positional-only: f's own may be "f"
     return torch.utils.checkpoint.checkpoint(
-        f, *args, use_reentrant=False, context_fn=sac_context_fn, **kwargs  # type: ignore[name-defined]  # noqa: F821
+        f,
+        *args,
+        use_reentrant=False,
+        context_fn=sac_context_fn,  # type: ignore[name-defined]  # noqa: F821
+        **kwargs,
     )
 
 
@@ -317,8 +327,8 @@ def _new_region(context_fn):
     """compile(sac(f)) for one context_fn, f given on each call, as a function with a
     code object and globals of its own: Dynamo keeps its graphs apart from any other
     context_fn's, and installs them in these globals, not in this module's. Its code is
-    the user's compile(sac(f)), and is named apart from torch's files, which Dynamo skips
-    (a skipped file's function is wrapped and inlined, under one code for all)."""
+    the user's compile(sac(f)), and is named apart from torch's files, which Dynamo
+    skips (a skipped file's function is wrapped and inlined, under one code for all)."""
     ref = weakref.ref(context_fn)
 
     def sac_context_fn():
@@ -393,28 +403,28 @@ def _global_hooks() -> bool:
 
 
 def _code_of(f):
-    """What Dynamo caches f's compiled code by: its code object (a module's forward's; for
-    a partial or a callable object, the code of what it wraps)."""
+    """What Dynamo caches f's compiled code by: its code object (a module's forward's;
+    for a partial or a callable object, the code of what it wraps)."""
     from torch._dynamo import external_utils
 
     wrap_inline = external_utils.wrap_inline.__code__.co_filename
-    while (
-        getattr(getattr(f, "__code__", None), "co_filename", None) == wrap_inline
-        and hasattr(f, "__wrapped__")
-    ):
+    while getattr(
+        getattr(f, "__code__", None), "co_filename", None
+    ) == wrap_inline and hasattr(f, "__wrapped__"):
         f = f.__wrapped__
     while isinstance(f, functools.partial):
         f = f.func
     if _module_of(f) is not None:
         f = type(_module_of(f)).forward
     elif not isinstance(f, (types.FunctionType, types.MethodType)):
-        f = getattr(type(f), "__call__", f)
+        f = type(f).__call__ if callable(f) else f
     f = getattr(f, "__func__", f)
     return getattr(f, "__code__", f)
 
 
 def _region_for(function, context_fn, options, kwargs):
-    """(the compiled compile(sac(f)) to run, f), or None to run as with the switch off."""
+    """(the compiled compile(sac(f)) to run, f), or None to run as with the switch
+    off."""
     import torch._inductor.config as inductor_config
     from torch._dynamo import eval_frame
 
@@ -434,14 +444,14 @@ def _region_for(function, context_fn, options, kwargs):
             function,
             f,
             "this checkpoint is nested in another checkpoint, whose recompute would "
-            "run the compiled region again"
+            "run the compiled region again",
         )
     if not isinstance(context_fn, (types.FunctionType, functools.partial)):
         return _decline(
             function,
             f,
             f"its context_fn is a {type(context_fn).__name__}, and compile(sac(f)) "
-            "takes a function or a functools.partial"
+            "takes a function or a functools.partial",
         )
     given = [
         f"{name}={options[name]!r}"
@@ -459,7 +469,7 @@ def _region_for(function, context_fn, options, kwargs):
         return _decline(
             function,
             f,
-            "the compiled module's wrapper has hooks, which the region would not run"
+            "the compiled module's wrapper has hooks, which the region would not run",
         )
     module = _module_of(f)
     if module is not None and (_hooks_of(module) or _global_hooks()):
@@ -469,7 +479,7 @@ def _region_for(function, context_fn, options, kwargs):
             function,
             f,
             "the compiled module has hooks, or global module hooks are set, which the "
-            "region's graph would run as first traced"
+            "region's graph would run as first traced",
         )
     try:
         entry = _regions.setdefault(
@@ -484,9 +494,10 @@ def _region_for(function, context_fn, options, kwargs):
         )
     if region is not None:
         return None if region._sac_state["declined"] else (region, f)
-    # The modules that share a forward share one region's code for each form (the module,
-    # or module.compile()'s bound _call_impl), f given on each call, as they share f's
-    # compiled code: Dynamo keeps one graph for all, guarding on the module's type.
+    # The modules that share a forward share one region's code for each form (the
+    # module, or module.compile()'s bound _call_impl), f given on each call, as they
+    # share f's compiled code: Dynamo keeps one graph for all, guarding on the module's
+    # type.
     code = _code_of(f)
     state = _per_code.setdefault(code, {"live": 0, "dropped": 0})
     key = (code, isinstance(f, torch.nn.Module))
@@ -501,7 +512,7 @@ def _region_for(function, context_fn, options, kwargs):
             function,
             f,
             f"torch.compiler.set_stance({stance!r}) is in effect, and compile(sac(f)) "
-            "for this context_fn has not been compiled before it"
+            "for this context_fn has not been compiled before it",
         )
     if template is None:
         new = module is None or not any(k[0] == code for k in entry["by_code"])
@@ -509,18 +520,18 @@ def _region_for(function, context_fn, options, kwargs):
             return _decline(
                 function,
                 f,
-                f"f's code ({code.co_name}) has had {state['dropped']} compiled regions "
-                "whose context_fn or compiled function was dropped after use (functions "
-                "or modules that share one code count together, as Dynamo caches them): "
-                "one made anew for every call would compile on every call; new ones "
-                "decline until torch._dynamo.reset()"
+                f"f's code ({code.co_name}) has had {state['dropped']} compiled "
+                "regions whose context_fn or compiled function was dropped after use "
+                "(functions or modules that share one code count together, as Dynamo "
+                "caches them): one made anew for every call would compile on every "
+                "call; new ones decline until torch._dynamo.reset()",
             )
         if new and state["live"] >= LIVE_PER_CODE:
             return _decline(
                 function,
                 f,
-                f"f's code ({code.co_name}) has {state['live']} compiled regions in use, "
-                "one for each context_fn and compiled function, the most kept"
+                f"f's code ({code.co_name}) has {state['live']} compiled regions in "
+                "use, one for each context_fn and compiled function, the most kept",
             )
         template = _new_region(context_fn)
         if new:
