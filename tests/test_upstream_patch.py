@@ -10,6 +10,7 @@ torch.utils.checkpoint._sac_policy_applies_to_compiled_fn), as PyTorch could tak
   failure), the series' tests pass, and fail where they should on the unpatched torch; and the hard
   cases (tests/fix_cases.py) give with the switch on what the in-process candidate gives, and with
   it off what the unpatched torch gives."""
+import ast
 import json
 import os
 import shutil
@@ -87,6 +88,10 @@ def test_the_series_applies_cleanly_and_adds_the_candidates_module(tmp_path):
     assert added == open(os.path.join(CANDIDATE, "_sac_compiled_fn.py"), "rb").read()
     checkpoint = (root / make_series.CHECKPOINT).read_text()
     assert make_series.candidate_hook() in checkpoint and "%s: bool = False\n" % make_series.SWITCH in checkpoint
+    # the switch is documented where users read checkpoint(): its docstring
+    [doc] = [ast.get_docstring(f) for f in ast.parse(checkpoint).body
+             if isinstance(f, ast.FunctionDef) and f.name == "checkpoint"]
+    assert "torch.utils.checkpoint.%s = True" % make_series.SWITCH in " ".join(doc.split()), doc[-600:]
 
 
 def test_each_line_the_series_adds_fits_pytorchs_88_columns():

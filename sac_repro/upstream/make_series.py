@@ -65,10 +65,15 @@ saves what the policy says. One region per context_fn object and compiled functi
 module forward, for modules); the context_fn is held weakly.
 
 Where compile(sac(f)) would not give eager SAC's answer the call runs as with the switch off,
-and a warning says why, once: a checkpoint nested in another or inside f, an op that mutates,
+and a warning says why: a checkpoint nested in another or inside f, an op that mutates,
 module hooks, checkpoint options the region does not take, a context_fn that is not a
 function or partial, a strict stance before the region compiled, a compile error or graph
-break, and a context_fn made anew on every call (after 4 dropped regions of one code).
+break, and a context_fn made anew on every call (after 4 dropped regions of one code,
+until torch._dynamo.reset()).
+
+checkpoint()'s docstring notes the switch. torch._dynamo.reset() resets the regions, the
+count of dropped ones and the declines said; a decline is said once for each compiled
+function and reason, naming f and, for a compile error, its cause.
 
 Dynamo: _TorchDynamoContext.__call__ leaves the context on the compile wrapper
 (_torchdynamo_context), as OptimizedModule.dynamo_ctx does for modules. The region's code
@@ -191,6 +196,22 @@ OP_POLICY_AFTER = '''    # A per-op policy reaches the ops of a compiled region 
 '''
 
 
+# checkpoint()'s docstring: the switch, after the notes on the two variants
+CHECKPOINT_NOTE = """
+    .. note::
+
+        With ``torch.utils.checkpoint._sac_policy_applies_to_compiled_fn = True``
+        (experimental, off by default), ``checkpoint(compiled_fn, *args,
+        use_reentrant=False, context_fn=context_fn)`` of a ``torch.compile``'d
+        function or module ``f`` runs as ``torch.compile(lambda *args:
+        checkpoint(f, *args, use_reentrant=False, context_fn=context_fn))``, under
+        ``compiled_fn``'s compile options, so that a selective checkpointing policy
+        applies to ``f``'s ops, not to the calls its compiled code makes. Where that
+        would not give eager selective checkpointing's answer, the call runs as with
+        the switch off and a warning says why.
+"""
+
+
 def stage_2(files):
     out = dict(files)
     out[MODULE] = read(os.path.join(CANDIDATE, "_sac_compiled_fn.py"))
@@ -199,6 +220,7 @@ def stage_2(files):
                "# compile(sac(f)), so that a selective checkpointing policy applies to f's ops\n"
                "# (pytorch/pytorch#161889); see torch/utils/_sac_compiled_fn.py. Off by default.\n"
                "%s: bool = False\n" % SWITCH, CHECKPOINT)
+    ck = after(ck, "          ``checkpoint`` function.\n", CHECKPOINT_NOTE, CHECKPOINT)
     out[CHECKPOINT] = after(ck, "        Output of running :attr:`function` on :attr:`*args`\n    \"\"\"\n",
                             candidate_hook(), CHECKPOINT)
     out[EVAL_FRAME] = after(files[EVAL_FRAME],
