@@ -50,9 +50,10 @@ saves none, and backward recomputes them, silently (#161889).
 This warns once, where a policy is asked about an out= overload while Inductor's code runs,
 and names the two arrangements that do apply a policy; torch._dynamo.reset() lets it warn
 again, as Dynamo's own warn_once. New module torch/utils/_sac_compiled_fn.py;
-CompiledFxGraph.__call__ counts its code running on the thread. No behaviour changes. Adds
-the warning's tests and the regression test of #161889, whose op-policy case is an expected
-failure.
+CompiledFxGraph.__call__ counts its code running on the thread. No number changes; the
+warning is new, and is raised from inside SAC's dispatch while the compiled code runs, so
+under -W error::UserWarning the step raises it where it ran before. Adds the warning's tests
+and the regression test of #161889, whose op-policy case is an expected failure.
 """,
     """[checkpoint] Apply a SAC policy to a torch.compile'd function's ops, behind a switch
 
