@@ -1,23 +1,14 @@
 # mypy: allow-untyped-defs
 """Selective activation checkpointing (SAC) of a torch.compile'd function.
 
-Under ``checkpoint(torch.compile(f), *args, use_reentrant=False,
-context_fn=context_fn)``, sac(compile(f)), f's compiled code runs under SAC's dispatch
-modes, which are off while Dynamo compiles f (they opt in with
-``ignore_compile_internals``). The policy is then asked about the calls that Inductor's
-code makes inside ``CompiledFxGraph.__call__``, such as ``aten.mm.out``, and never about
-f's own ops, such as ``aten.mm.default``: backward recomputes what the policy says to
-save (pytorch/pytorch#161889).
-
-- :func:`on_policy_query`, called by SAC's caching mode, warns once where that happens.
-- :func:`reset`, called by ``torch._dynamo.reset()``, forgets what this module keeps.
-- With ``torch.utils.checkpoint._sac_policy_applies_to_compiled_fn`` set (off by
-  default), :func:`checkpoint` runs such a call as compile(sac(f)): a compiled region,
-  with f's own torch.compile options, whose body is ``checkpoint(f, *args,
-  use_reentrant=False, context_fn=context_fn)``. Dynamo traces that checkpoint as a
-  higher-order op, the user's context_fn is called on every trace, and the partitioner
-  saves what the policy says. Where that would not give eager SAC's answer the call runs
-  as with the switch off, and a warning says why, once for each compiled function.
+Under ``checkpoint(torch.compile(f), ..., context_fn=...)``, sac(compile(f)), the policy
+is asked about the calls Inductor's code makes (``aten.mm.out``), never about f's ops
+(``aten.mm.default``): backward recomputes what it says to save (#161889).
+:func:`on_policy_query` warns where that happens. With
+``torch.utils.checkpoint._sac_policy_applies_to_compiled_fn`` on, :func:`checkpoint`
+runs the call as compile(sac(f)), under f's torch.compile options, so that the
+partitioner saves what the policy says; or, where that would not be eager SAC's answer,
+as with the switch off, and says why. :func:`reset` goes with ``torch._dynamo.reset()``.
 """
 
 import functools
@@ -67,10 +58,8 @@ def on_policy_query(func) -> None:
     note = ""
     if torch.utils.checkpoint._sac_policy_applies_to_compiled_fn:
         note = (
-            " This call runs as it does with torch.utils.checkpoint."
-            "_sac_policy_applies_to_compiled_fn off: the switch applies only where "
-            "checkpoint is given the torch.compile'd function or module itself, not a "
-            "function that calls it."
+            " The switch on, too: it applies only where checkpoint is given the "
+            "torch.compile'd function or module itself, not a function that calls it."
         )
     _warn_once(
         _POLICY_SEES_COMPILED_CALLS,
@@ -86,16 +75,15 @@ def on_policy_query(func) -> None:
     )
 
 
-# --------------------------------------------------------------------------------------
-# checkpoint(torch.compile(f), ...) as compile(sac(f)), behind
-# torch.utils.checkpoint._sac_policy_applies_to_compiled_fn
-# --------------------------------------------------------------------------------------
+# ------------------ checkpoint(torch.compile(f), ...) as compile(sac(f)), the switch on
 # Regions of one f's code whose context_fn or compiled function was dropped after use:
 # past this many, a context_fn (or torch.compile(f)) made anew on every call would
 # compile on every call, so new ones decline. Regions of one code in use at once: one
 # per block's context_fn, say.
 DROPPED_PER_CODE = 4
 LIVE_PER_CODE = 256
+# checkpoint's options that compile(sac(f)) takes only at their defaults
+_DEFAULTS = {"determinism_check": "default", "debug": False, "early_stop": True}
 
 
 class _RegionState(threading.local):
@@ -112,21 +100,17 @@ class _RegionState(threading.local):
 
 
 _region = _RegionState()
-# f's code object -> {"live": regions in use, "dropped": regions whose owner was
-# dropped}
+# f's code -> {"live": regions in use, "dropped": regions whose owner was dropped}
 _per_code: dict = {}
-# context_fn -> its regions; held weakly, so an entry goes when the user drops the
-# context_fn
+# context_fn -> its regions, held weakly: they go when the user drops the context_fn
 _regions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # compiled function given to checkpoint -> the reasons its calls were declined, said
-# once
 _declines_said: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def reset() -> None:
-    """Called by torch._dynamo.reset(): what this module keeps goes with Dynamo's
-    caches, the regions, the count of dropped ones and what was said, as in a fresh
-    process."""
+    """Called by torch._dynamo.reset(): regions, counts and what was said go with
+    Dynamo's caches, as in a fresh process."""
     _said.clear()
     _per_code.clear()
     _regions.clear()
@@ -143,9 +127,7 @@ def _veto(why):
 
 
 def _name_of(f) -> str:
-    module = _module_of(f)
-    if module is not None:
-        return type(module).__qualname__
+    f = type(_module_of(f)) if _module_of(f) is not None else f
     while isinstance(f, functools.partial):
         f = f.func
     return getattr(f, "__qualname__", type(f).__qualname__)
@@ -153,8 +135,7 @@ def _name_of(f) -> str:
 
 def _decline(function, f, why) -> None:
     """Says why this call runs as with the switch off, once for each compiled function
-    and reason: a context_fn made anew on every call is told once, another
-    torch.compile(f) again."""
+    and reason: once for context_fns made anew, again for another torch.compile(f)."""
     try:
         said = _declines_said.setdefault(function, set())
     except TypeError:  # no weak reference to it
@@ -195,13 +176,8 @@ def checkpoint(checkpoint_fn, function, /, *args, context_fn, **kwargs):
     """``checkpoint_fn(function, *args, use_reentrant=False, context_fn=context_fn,
     **kwargs)``, where ``function`` is a torch.compile'd function or module, as
     compile(sac(f)); any other call as with the switch off."""
-    options = dict(
-        use_reentrant=False,
-        context_fn=context_fn,
-        determinism_check=kwargs.pop("determinism_check"),
-        debug=kwargs.pop("debug"),
-        early_stop=kwargs.pop("early_stop"),
-    )
+    options = {name: kwargs.pop(name) for name in _DEFAULTS}
+    options.update(use_reentrant=False, context_fn=context_fn)
     running = _region.running
     if running is not None and torch._guards.TracingContext.try_get() is not None:
         # a checkpoint that the region's trace runs: its own, or one inside f, which
@@ -251,12 +227,8 @@ def checkpoint(checkpoint_fn, function, /, *args, context_fn, **kwargs):
             region._sac_state["failures"] += 1
             if region._sac_state["failures"] >= 2:
                 region._sac_state["declined"] = True
-                _decline(
-                    function,
-                    f,
-                    "compile(sac(f)) did not compile twice, and the call raised with "
-                    "the switch off too",
-                )
+                why = "compile(sac(f)) did not compile twice, and the call raised too"
+                _decline(function, f, why)
             raise
         finally:
             _region.quiet -= 1
@@ -285,11 +257,8 @@ def _cause(e) -> str:
 
 def _is_recompile_limit(e) -> bool:
     first = str(e).split("\n", 1)[0]
-    return (
-        type(e).__name__ == "FailOnRecompileLimitHit"
-        or "recompile_limit" in first
-        or "recompile limit" in first
-    )
+    said = "recompile_limit" in first or "recompile limit" in first
+    return type(e).__name__ == "FailOnRecompileLimitHit" or said
 
 
 def _compiled_parts(fn):
@@ -326,9 +295,7 @@ _REGION_FILE = "<torch.utils.checkpoint: compile(sac(f))>"
 def _new_region(context_fn):
     """compile(sac(f)) for one context_fn, f given on each call, as a function with a
     code object and globals of its own: Dynamo keeps its graphs apart from any other
-    context_fn's, and installs them in these globals, not in this module's. Its code is
-    the user's compile(sac(f)), and is named apart from torch's files, which Dynamo
-    skips (a skipped file's function is wrapped and inlined, under one code for all)."""
+    context_fn's. Its code is named apart from torch's files, which Dynamo skips."""
     ref = weakref.ref(context_fn)
 
     def sac_context_fn():
@@ -352,12 +319,8 @@ def _module_of(f):
     if isinstance(f, torch.nn.Module):
         return f
     owner = getattr(f, "__self__", None)
-    if (
-        isinstance(owner, torch.nn.Module)
-        and getattr(f, "__func__", None) is torch.nn.Module._call_impl
-    ):
-        return owner
-    return None
+    bound = getattr(f, "__func__", None) is torch.nn.Module._call_impl
+    return owner if bound and isinstance(owner, torch.nn.Module) else None
 
 
 def _in_a_checkpoint() -> bool:
@@ -381,12 +344,11 @@ def _in_a_checkpoint() -> bool:
 @functools.cache
 def _checkpoint_pack_codes():
     ckpt = torch.utils.checkpoint
-    codes = set()
-    for cls in (ckpt._checkpoint_hook, ckpt._recomputation_hook):
-        for c in cls.__init__.__code__.co_consts:
-            if isinstance(c, types.CodeType) and c.co_name == "pack_hook":
-                codes.add(c)
-    return frozenset(codes)
+    inits = (ckpt._checkpoint_hook.__init__, ckpt._recomputation_hook.__init__)
+    consts = [c for init in inits for c in init.__code__.co_consts]
+    return frozenset(
+        c for c in consts if isinstance(c, types.CodeType) and c.co_name == "pack_hook"
+    )
 
 
 _HOOKS = ("forward_hooks", "forward_pre_hooks", "backward_hooks", "backward_pre_hooks")
@@ -423,8 +385,7 @@ def _code_of(f):
 
 
 def _region_for(function, context_fn, options, kwargs):
-    """(the compiled compile(sac(f)) to run, f), or None to run as with the switch
-    off."""
+    """(the compiled compile(sac(f)) to run, f), or None to run as with it off."""
     import torch._inductor.config as inductor_config
     from torch._dynamo import eval_frame
 
@@ -433,6 +394,7 @@ def _region_for(function, context_fn, options, kwargs):
         # not a compiled function (eager SAC), or inside a trace on this thread
         return None
     f, ctx = found
+    decline = functools.partial(_decline, function, f)
     backend = eval_frame.innermost_backend(ctx.callback)
     backend_config = getattr(backend, "config", None) or {}
     if inductor_config.wrap_inductor_compiled_regions or backend_config.get(
@@ -440,44 +402,30 @@ def _region_for(function, context_fn, options, kwargs):
     ):
         return None  # the opt-in for a policy on the compiled region as one op
     if _in_a_checkpoint():
-        return _decline(
-            function,
-            f,
+        return decline(
             "this checkpoint is nested in another checkpoint, whose recompute would "
             "run the compiled region again",
         )
     if not isinstance(context_fn, (types.FunctionType, functools.partial)):
-        return _decline(
-            function,
-            f,
+        return decline(
             f"its context_fn is a {type(context_fn).__name__}, and compile(sac(f)) "
             "takes a function or a functools.partial",
         )
-    given = [
-        f"{name}={options[name]!r}"
-        for name, default in (("determinism_check", "default"), ("debug", False))
-        if options[name] != default
-    ]
-    if options["early_stop"] is not True:
-        given.append(f"early_stop={options['early_stop']!r}")
+    given = [f"{k}={options[k]!r}" for k, v in _DEFAULTS.items() if options[k] != v]
     if kwargs.get("preserve_rng_state", True) is False:
         given.append("preserve_rng_state=False")
     if given:
-        return _decline(function, f, f"checkpoint was given {', '.join(given)}")
+        return decline(f"checkpoint was given {', '.join(given)}")
     if isinstance(f, torch.nn.Module) and f is not function and _hooks_of(function):
         # the region calls the module torch.compile wrapped, not this wrapper
-        return _decline(
-            function,
-            f,
+        return decline(
             "the compiled module's wrapper has hooks, which the region would not run",
         )
     module = _module_of(f)
     if module is not None and (_hooks_of(module) or _global_hooks()):
         # on every call: Dynamo does not guard on hooks, so the region's graph, shared
         # by the module's class, would run the hooks as first traced
-        return _decline(
-            function,
-            f,
+        return decline(
             "the compiled module has hooks, or global module hooks are set, which the "
             "region's graph would run as first traced",
         )
@@ -487,17 +435,14 @@ def _region_for(function, context_fn, options, kwargs):
         )
         region = entry["regions"].get(function)
     except TypeError:  # no weak reference to it: it could only be kept alive
-        return _decline(
-            function,
-            f,
+        return decline(
             "its context_fn or compiled function cannot be referred to weakly",
         )
     if region is not None:
         return None if region._sac_state["declined"] else (region, f)
-    # The modules that share a forward share one region's code for each form (the
-    # module, or module.compile()'s bound _call_impl), f given on each call, as they
-    # share f's compiled code: Dynamo keeps one graph for all, guarding on the module's
-    # type.
+    # Modules that share a forward share a region's code for each form (the module, or
+    # module.compile()'s _call_impl), f given on each call, as they share f's compiled
+    # code: Dynamo keeps one graph for all, guarding on the module's type.
     code = _code_of(f)
     state = _per_code.setdefault(code, {"live": 0, "dropped": 0})
     key = (code, isinstance(f, torch.nn.Module))
@@ -508,28 +453,21 @@ def _region_for(function, context_fn, options, kwargs):
     if stance != "default" and template is None:
         # a region not compiled yet would be a new compile, which the stance forbids
         # or runs eagerly; one compiled before runs under it, as f's code would
-        return _decline(
-            function,
-            f,
+        return decline(
             f"torch.compiler.set_stance({stance!r}) is in effect, and compile(sac(f)) "
             "for this context_fn has not been compiled before it",
         )
     if template is None:
         new = module is None or not any(k[0] == code for k in entry["by_code"])
         if new and state["dropped"] >= DROPPED_PER_CODE:
-            return _decline(
-                function,
-                f,
+            return decline(
                 f"f's code ({code.co_name}) has had {state['dropped']} compiled "
-                "regions whose context_fn or compiled function was dropped after use "
-                "(functions or modules that share one code count together, as Dynamo "
-                "caches them): one made anew for every call would compile on every "
-                "call; new ones decline until torch._dynamo.reset()",
+                "regions whose context_fn or compiled function was dropped after use: "
+                "one made anew for every call would compile on every call; new ones "
+                "decline until torch._dynamo.reset()",
             )
         if new and state["live"] >= LIVE_PER_CODE:
-            return _decline(
-                function,
-                f,
+            return decline(
                 f"f's code ({code.co_name}) has {state['live']} compiled regions in "
                 "use, one for each context_fn and compiled function, the most kept",
             )
