@@ -293,7 +293,6 @@ class SelectiveCheckpointOfCompiledFnSwitchTests(torch._dynamo.test_case.TestCas
     def test_a_compiled_fn_called_inside_an_eager_fn_is_left_and_warned(self):
         compiled = torch.compile(_three_mm)
         step = self._sac(lambda *a: compiled(*a), _save_mm_context_fn())
-        warned = (
-            "aten.mm.out.*applies only where checkpoint is given the torch.compile'd"
-        )
+        # said as a decline is: it runs as with the switch off, and why
+        warned = "aten.mm.out.*compiled_fn off: the switch applies only where"
         self.assertEqual(self._bwd_said_once(warned, step, *self._inputs()), 9)

@@ -58,8 +58,10 @@ def on_policy_query(func) -> None:
     note = ""
     if torch.utils.checkpoint._sac_policy_applies_to_compiled_fn:
         note = (
-            " The switch on, too: it applies only where checkpoint is given the "
-            "torch.compile'd function or module itself, not a function that calls it."
+            " This call runs as it does with torch.utils.checkpoint."
+            "_sac_policy_applies_to_compiled_fn off: the switch applies only where "
+            "checkpoint is given the torch.compile'd function or module itself, not a "
+            "function that calls it."
         )
     _warn_once(
         _POLICY_SEES_COMPILED_CALLS,
@@ -89,12 +91,10 @@ _DEFAULTS = {"determinism_check": "default", "debug": False, "early_stop": True}
 class _RegionState(threading.local):
     # (f, the compiled function given to checkpoint) whose region this thread runs
     running = None
-    # why the region's trace stopped
-    veto = None
+    veto = None  # why the region's trace stopped
     # checkpoints that the region's trace runs: more than one is a checkpoint inside f
     trace_depth = 0
-    # calls left as they are, where the warning above is not given
-    quiet = 0
+    quiet = 0  # calls left as they are, where the warning above is not given
     # the next checkpoint call runs as with the switch off (the call made from here)
     bypass = False
 
