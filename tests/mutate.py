@@ -29,15 +29,18 @@ Mutant = collections.namedtuple("Mutant", "what old new tests k equivalent")
 
 
 def mutant(what, old, new, tests, k=None, equivalent=None):
-    """tests: the test files (or node ids) that should kill it, space-separated; k: pytest's -k
-    over them; equivalent: why no realistic input tells this mutant from the code. An equivalent
-    one stays in its table, so that the score counts it, and may survive."""
+    """tests: the test files (or node ids) that should kill it, space-separated, with pytest's
+    options among them (--release where the killer is a release-tier test); k: pytest's -k over
+    them; equivalent: why no realistic input tells this mutant from the code. An equivalent one
+    stays in its table, so that the score counts it, and may survive."""
     return Mutant(what, old, new, tuple(tests.split()), k, equivalent)
 
 
 # ----------------------------------------------------------------------------- run_nsys.sh
-# (what it breaks, the text in run_nsys.sh, what it becomes); all of them against tests/test_nsys.py
-RUN_NSYS = [mutant(what, old, new, "tests/test_nsys.py") for what, old, new in [
+# (what it breaks, the text in run_nsys.sh, what it becomes[, the tests that kill it]): against
+# tests/test_nsys.py's fast tests, unless the killer is a whole capture run (the release tier's)
+CAPTURE_RUN = "--release tests/test_nsys.py::test_the_capture_runs_torch_reaches_the_judges_report"
+RUN_NSYS = [mutant(what, old, new, *(tests or ["tests/test_nsys.py"])) for what, old, new, *tests in [
     ("a report written before this capture is judged",
      'if [ "$(identity "$name.nsys-rep")" != "$before_rep" ]', 'if [ -e "$name.nsys-rep" ]'),
     ("a stale .qdrep is judged",
@@ -53,8 +56,8 @@ RUN_NSYS = [mutant(what, old, new, "tests/test_nsys.py") for what, old, new in [
      'judge --from-nsys "$report" ${handed[@]+"${handed[@]}"} ${judge_opts[@]+"${judge_opts[@]}"}',
      'judge --from-nsys "$report" ${handed[@]+"${handed[@]}"}'),
     ("the judge is not handed the capture run's torch",
-     'judge --from-nsys "$report" ${handed[@]+"${handed[@]}"} ', 'judge --from-nsys "$report" '),
-    ("the capture run's hand-off is left behind", '[ -n "${handoff:-}" ] && rm -f "$handoff"', ':'),
+     'judge --from-nsys "$report" ${handed[@]+"${handed[@]}"} ', 'judge --from-nsys "$report" ', CAPTURE_RUN),
+    ("the capture run's hand-off is left behind", '[ -n "${handoff:-}" ] && rm -f "$handoff"', ':', CAPTURE_RUN),
     ("--hunt-fix and --strict-policy go to the capture run",
      '--hunt-fix|--strict-policy|--markdown|--json=*|--plot=*) judge_opts+=("$1") ;;',
      '--hunt-fix|--strict-policy|--markdown|--json=*|--plot=*) capture+=("$1") ;;'),
@@ -525,7 +528,7 @@ def run_tests(copy, tests, k):
     """Runs the selection on the copy: "pass", "fail", "hang" or, for a selection that is wrong in
     the table (no such file, nothing selected), "error: ..."."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", WORKERS]
-    cmd += [os.path.join(copy, t) for t in tests] + (["-k", k] if k else [])
+    cmd += [t if t.startswith("-") else os.path.join(copy, t) for t in tests] + (["-k", k] if k else [])
     proc = subprocess.Popen(cmd, cwd=copy, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
