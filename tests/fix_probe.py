@@ -169,6 +169,8 @@ def main(path, cases):
     result["label"] = getattr(site, "CHANGE_LABEL", None)
     result["replaced"] = getattr(site, "REPLACED", None)
     result["replaced_in"] = replaced_where(result["replaced"])
+    result["added"] = getattr(site, "ADDED", None)
+    result["added_in"] = replaced_where(result["added"])
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for case in cases:

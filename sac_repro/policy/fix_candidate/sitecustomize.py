@@ -40,6 +40,7 @@ WHAT = "candidate fix for the SAC policy under sac(compile(f))"
 CHANGE_LABEL = "%s (not loaded: torch was not imported)" % WHAT
 # "module:qualname" of each torch function replaced, once the change is made
 REPLACED = []
+ADDED = []  # "module:name" of each function added to torch, which the series' module uses
 ORIGINAL = {}  # the same names -> the functions they were
 SHARED_NAME = "torch.utils._sac_compiled_fn"  # the module the series adds to torch
 SHARED_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sac_compiled_fn.py")
@@ -104,6 +105,14 @@ def checkpoint_of(original):
     return checkpoint
 
 
+def innermost_backend(fn):
+    """torch._dynamo.eval_frame.innermost_backend as 2.11 defines it, for 2.10, which lacks it
+    (the series' module finds the backend of a compiled function's context with it)."""
+    while hasattr(fn, "_torchdynamo_orig_backend"):
+        fn = fn._torchdynamo_orig_backend
+    return fn
+
+
 # --------------------------------------------------------------------------- making the change
 def pack_hook_codes(cls):
     init = getattr(getattr(cls, "__init__", None), "__code__", None)
@@ -129,7 +138,7 @@ def targets(torch):
     import torch._dynamo.decorators as decorators
     if not hasattr(decorators, "error_on_graph_break"):
         return None, "torch._dynamo.error_on_graph_break is missing"
-    for needed in ("DisableContext", "OptimizedModule", "innermost_backend", "_stance"):
+    for needed in ("DisableContext", "OptimizedModule", "_stance"):
         if not hasattr(eval_frame, needed):
             return None, "torch._dynamo.eval_frame.%s is missing" % needed
     if not hasattr(torch._C._autograd, "_top_saved_tensors_default_hooks"):
@@ -185,6 +194,10 @@ def install(torch):
         say("not loaded on torch %s: %s; nothing changed" % (getattr(torch, "__version__", "?"), missing))
         return False
     setattr(checkpoint, SWITCH, MODE == "fix")
+    import torch._dynamo.eval_frame as eval_frame
+    if MODE == "fix" and not hasattr(eval_frame, "innermost_backend"):
+        eval_frame.innermost_backend = innermost_backend
+        ADDED.append("torch._dynamo.eval_frame:innermost_backend")
     for key, owner, attr, make in found:
         ORIGINAL[key] = vars(owner)[attr]
         setattr(owner, attr, make(ORIGINAL[key]))
@@ -194,7 +207,8 @@ def install(torch):
         if isinstance(owner, types.ModuleType):
             repoint(ORIGINAL[key], getattr(owner, attr), owner)
     checkpoint._sac_repro_fix_candidate = MODE
-    CHANGE_LABEL = "%s loaded in-process (mode: %s)" % (WHAT, MODE)
+    added = "".join(", adding %s as 2.11 defines it" % a.replace(":", ".") for a in ADDED)
+    CHANGE_LABEL = "%s loaded in-process%s (mode: %s)" % (WHAT, added, MODE)
     return True
 
 
