@@ -94,6 +94,36 @@ def test_the_series_applies_cleanly_and_adds_the_candidates_module(tmp_path):
     assert "torch.utils.checkpoint.%s = True" % make_series.SWITCH in " ".join(doc.split()), doc[-600:]
 
 
+def test_patch_0001s_module_is_the_candidates_warning_alone():
+    """Patch 0001 adds the warning alone (_sac_compiled_fn_0001.py), which 0002 grows into the
+    candidate's module: what the two share is one text, so an edit to the warning, its once-only
+    table or the counter of Inductor's code on one side alone fails here."""
+    def parts(path):
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        out = {}
+        for node in tree.body:
+            names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+            if isinstance(node, ast.AnnAssign):
+                names = [node.target.id]
+            for name in names + [getattr(node, "name", None)]:
+                if name:
+                    out[name] = node
+        return out
+
+    def warning(function):  # the text of on_policy_query's _warn_once, less the switch's note
+        [call] = [n for n in ast.walk(function) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "_warn_once"]
+        text = call.args[1]
+        return ast.dump(text.left if isinstance(text, ast.BinOp) else text)
+
+    first = parts(os.path.join(UPSTREAM, "_sac_compiled_fn_0001.py"))
+    whole = parts(os.path.join(CANDIDATE, "_sac_compiled_fn.py"))
+    shared = ("_InductorCodeRunning", "inductor_code_running", "_said", "_POLICY_SEES_COMPILED_CALLS", "_warn_once")
+    for name in shared:
+        assert ast.dump(first[name]) == ast.dump(whole[name]), name
+    assert set(first) == set(shared) | {"reset", "on_policy_query"}, sorted(first)
+    assert warning(first["on_policy_query"]) == warning(whole["on_policy_query"])
+
+
 def test_each_line_the_series_adds_fits_pytorchs_88_columns():
     """PyTorch's ruff config: line-length 88 (E501), which `ruff format` keeps to but for comments
     and strings; and no str.format where ruff's UP032 wants an f-string."""
