@@ -318,6 +318,19 @@ def test_what_start_up_and_torchs_import_printed_reaches_the_report(stand_in_tor
     assert "the measured child started" not in proc.stderr  # the child's marker is not passed on
 
 
+def test_a_torch_that_imports_but_is_not_whole_cannot_be_tested(stand_in_torch):
+    """A torch package that imports but lacks what every release has (a stand-in, a broken
+    install): the build cannot be tested (125), not a bug of the bundle (it was 128, 'module
+    'torch' has no attribute 'cuda'' raised in the bundle's own code)."""
+    proc = run_judged("--device", "cpu", env=dict(stand_in_torch, STAND_IN_TORCH="bare"))
+    assert proc.returncode == 125, proc.stdout + proc.stderr
+    assert "internal error" not in proc.stdout + proc.stderr
+    assert "torch imported, but lacks torch.__version__, torch.compile, torch.cuda, torch.profiler" \
+        in proc.stdout, proc.stdout
+    # nothing was judged: the text names no evidence (it said 'evidence: torch.profiler, ?')
+    assert proc.stdout.splitlines()[0] == "evidence: none, no call was judged", proc.stdout
+
+
 # ------------------------------------------------------------------------------- provenance
 def test_a_run_whose_torch_failed_to_import_says_so_naming_the_interpreter(stand_in_torch):
     """It was pasted as 'judged from the file alone', as if no torch had been run."""

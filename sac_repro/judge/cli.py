@@ -313,6 +313,10 @@ def loops_only_exit(raw, env_file, argv):
     return EXIT_OK
 
 
+# What every torch release the bundle tests has, and its code uses before any torch op runs
+TORCH_HAS = ("__version__", "compile", "cuda", "profiler")
+
+
 def child(script_path, args):
     """In the child process: import the torch under test, then measure (measure.py). What Python
     code says from here on is caught (said.py): an in-process change may speak as torch imports."""
@@ -327,6 +331,11 @@ def child(script_path, args):
         return write_child_result(args.child_out, {
             "status": "cannot_test", "reason": "torch failed to import: %s" % one_line(e)[:300],
             "said": said.finish()})
+    lacks = ["torch." + name for name in TORCH_HAS if not hasattr(sys.modules["torch"], name)]
+    if lacks:  # a stand-in or a broken install: the bundle's code would fail on it, not torch's
+        return write_child_result(args.child_out, {
+            "status": "cannot_test", "said": said.finish(), "reason": "torch imported, but lacks %s, "
+            "which every release has: not a torch build this bundle can test" % ", ".join(lacks)})
     try:
         from . import measure
     except Exception as e:  # ours unless it broke inside torch's own imports
