@@ -492,16 +492,121 @@ def test_sitecustomize_copied_alone_says_so_in_one_line_and_changes_nothing(tmp_
         "alone; nothing changed" % (tmp_path / "sitecustomize.py")], proc.stderr
 
 
-# ----------------------------------------------------------------- h200_check.sh, its GPU measurement
+# ------------------------------------- h200_check.sh and series_check.sh, the GPU measurements
 H200_CHECK = os.path.join(CANDIDATE, "h200_check.sh")
+SERIES_CHECK = os.path.join(CANDIDATE, "series_check.sh")
+CHECKS = {"h200_check.sh": 570, "series_check.sh": 540}  # each one's BUDGET_S unless set
+# each one's steps and their own limits where STEP_S is not set
+STEP_LIMITS = {"h200_check.sh": {"bench_fix": 110, "bench_plain": 110, "upstream_fix": 240, "bench_warn": 110},
+               "series_check.sh": {"bench_on": 120, "bench_off": 120}}
 
 
-def test_the_gpu_check_runs_from_the_bundles_folder():
-    """It runs its steps by paths from the bundle's folder: after the move into sac_repro/policy/
-    its `cd` went to sac_repro/, where none of them is."""
-    line = next(l for l in open(H200_CHECK) if l.startswith('cd "$(dirname "$0")/'))
-    up = line.split('"$(dirname "$0")/', 1)[1].split('"', 1)[0]
-    assert os.path.normpath(os.path.join(CANDIDATE, up)) == ROOT, line
+def python_without_torch(tmp_path):
+    """A Python in which a check's every step fails at once: no torch but empty stand-ins of the files
+    series_check.sh copies and patches, and expecttest. Each call it notes in calls.txt, one line:
+    the folder it runs in, the two caches, SAC_FIX_CANDIDATE and the PYTHONPATH it was given, its
+    arguments."""
+    site = tmp_path / "site"
+    for name in ("__init__.py", "utils/checkpoint.py", "_inductor/output_code.py", "_dynamo/eval_frame.py"):
+        (site / "torch" / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / "torch" / name).touch()
+    (site / "expecttest.py").touch()
+    python = tmp_path / "python"
+    python.write_text(
+        '#!/bin/sh\nprintf "%%s|%%s|%%s|%%s|%%s|%%s\\n" "$PWD" "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR" '
+        '"${SAC_FIX_CANDIDATE-}" "${PYTHONPATH-}" "$*" >> %s\n'
+        'PYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s -S "$@"\n' % (tmp_path / "calls.txt", site, sys.executable))
+    python.chmod(0o755)
+    return str(python), str(site)
+
+
+def run_check(script, tmp_path, cwd=None, **env):
+    """The check run as a user runs it, by a relative path from cwd, in an environment of only env."""
+    cwd = str(cwd or tmp_path)
+    env = dict(PATH=os.environ["PATH"], HOME=os.environ.get("HOME", str(tmp_path)), **env)
+    return subprocess.run(["bash", os.path.relpath(os.path.join(CANDIDATE, script), cwd)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def calls(tmp_path):
+    return [line.split("|") for line in (tmp_path / "calls.txt").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("script", CHECKS)
+@pytest.mark.parametrize("env, said", [
+    ({}, "'' is not a writable folder: set OUT=FOLDER or give it as the argument"),
+    ({"OUT": "{out}/missing"}, "'{out}/missing' is not a writable folder: set OUT=FOLDER or give it as the argument"),
+    ({"OUT": "{out}", "DEVICE": "gpu"}, "DEVICE=gpu is not cuda or cpu"),
+    ({"OUT": "{out}", "BUDGET_S": "abc"}, "BUDGET_S=abc is not a whole number of seconds"),
+    ({"OUT": "{out}", "STEP_S": "1.5"}, "STEP_S=1.5 is not a whole number of seconds"),
+], ids=["no OUT", "OUT missing", "DEVICE", "BUDGET_S", "STEP_S"])
+def test_a_check_given_a_wrong_option_says_so_in_one_line_naming_itself_and_exits_128(tmp_path, script, env, said):
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_check(script, tmp_path, **{k: v.format(out=out) for k, v in env.items()})
+    assert (proc.returncode, proc.stderr.splitlines(), proc.stdout) == (
+        128, ["%s: %s" % (script, said.format(out=out))], ""), proc.stderr
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("script", CHECKS)
+def test_a_check_runs_each_step_from_the_bundles_folder_with_the_caches_in_its_work_folder(tmp_path, script):
+    """Run by a relative path from another folder, a check runs its steps from the bundle's folder,
+    where their paths are (its `cd` went to sac_repro/ once), with Inductor's and Triton's caches in
+    a work folder of OUT that is gone afterwards, and without the caller's SAC_FIX_CANDIDATE (nor,
+    in series_check.sh, the caller's PYTHONPATH). Every step fails here: steps.txt says each, and
+    the check exits 125."""
+    python, site = python_without_torch(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_check(script, tmp_path, OUT=str(out), PYTHON=python, DEVICE="cpu", BENCH_ARGS="--small",
+                     BUDGET_S="300", STEP_S="30", SAC_FIX_CANDIDATE="fix", PYTHONPATH="/the/callers/path")
+    ran = r" rc=\d+ \(expected %s\) \d+s"
+    bench = ": %s sac_repro/bench/bench_sac_compile.py --device cpu --small --json %s/bench_%%s.json" % (python, out)
+    wanted = {"h200_check.sh": [
+        "bench_fix" + ran % 0 + re.escape(bench % "fix"),
+        "bench_plain" + ran % 0 + re.escape(bench % "plain"),
+        "upstream_fix" + ran % 1 + re.escape(": %s sac_repro/upstream/test_sac_compile_upstream.py -v" % python),
+        "bench_warn" + ran % 0 + re.escape(bench % "warn"),
+    ], "series_check.sh": [
+        re.escape("series applied to a copy of %s/torch: candidate (" % site) + r"\d+ hunks with an offset or fuzz, \d+ failed\)",
+        "bench_on" + ran % 0, "bench_off" + ran % 0, "block skipped: the series did not apply",
+    ]}[script] + [r"total \d+s"]
+    steps = (out / "steps.txt").read_text().splitlines()
+    assert len(steps) == len(wanted) and all(re.fullmatch(w, s) for w, s in zip(wanted, steps)), steps
+    assert proc.returncode == 125, proc.stdout + proc.stderr
+    seen = calls(tmp_path)
+    assert {c[0] for c in seen} == {ROOT}
+    work = seen[0][1][:-len("/inductor")]
+    assert re.fullmatch(re.escape(str(out)) + r"/\.work\.\w+", work), seen[0]
+    assert {(c[1], c[2]) for c in seen} == {(work + "/inductor", work + "/triton")} and not os.path.exists(work)
+    assert {c[3] for c in seen} == ({"", "warn"} if script == "h200_check.sh" else {""})
+    if script == "series_check.sh":
+        assert not any("/the/callers/path" in c[4] for c in seen), seen
+
+
+@pytest.mark.parametrize("script", CHECKS)
+@pytest.mark.parametrize("limits", ["STEP_S over the budget", "BUDGET_S=0"])
+def test_a_step_that_would_not_fit_the_budget_is_skipped_and_said(tmp_path, script, limits):
+    """With STEP_S one second over the check's own budget (BUDGET_S unset), or BUDGET_S=0 and each
+    step's own limit, no step runs: steps.txt says what was left and what the step may take, and
+    the check exits 125."""
+    python, _ = python_without_torch(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    budget = CHECKS[script]
+    env = {"STEP_S": str(budget + 1)} if limits == "STEP_S over the budget" else {"BUDGET_S": "0"}
+    proc = run_check(script, tmp_path, OUT=str(out), PYTHON=python, DEVICE="cpu", **env)
+    if limits == "BUDGET_S=0":
+        budget = 0
+    skipped = [re.fullmatch(r"(\w+) skipped: (-?\d+)s of the budget left, it may take (\d+)s", line)
+               for line in (out / "steps.txt").read_text().splitlines()]
+    skipped = [m.groups() for m in skipped if m]
+    assert [(name, int(limit)) for name, _, limit in skipped] == [
+        (name, budget + 1 if "STEP_S" in env else limit) for name, limit in STEP_LIMITS[script].items()], skipped
+    assert all(budget - 10 <= int(left) <= budget for _, left, _ in skipped), skipped
+    assert not any("bench_sac_compile.py" in c[5] or "test_sac_compile" in c[5] for c in calls(tmp_path))
+    assert proc.returncode == 125, proc.stdout + proc.stderr
 
 
 @pytest.mark.release  # the bench three times and the upstream block, on the CPU: a few minutes
@@ -516,3 +621,42 @@ def test_the_gpu_check_as_a_dry_run_on_the_cpu(tmp_path):
     summary = (tmp_path / "summary.txt").read_text()
     assert "under the candidate, sac(compile(block)) / compile(sac(block))" in summary, summary
     assert "warn mode: backward matmuls and peak memory as without the candidate: yes" in summary, summary
+
+
+@pytest.mark.release  # the series applied to a copy of torch, the bench twice and the block, on the CPU: minutes
+def test_the_series_check_as_a_dry_run_on_the_cpu(tmp_path):
+    """On this environment's torch 2.13, the one the series is made for: the series applies to a
+    copy without fuzz and leaves the installed torch as it was; with its switch on the reported
+    arrangement computes the workaround's backward matmuls, with it off more; the block passes and
+    every step exits as expected (0: the summary, not the exit code, says whether the times are the
+    ones hoped for)."""
+    torch_dir = subprocess.run([sys.executable, "-c", "import importlib.util, os; "
+                                "print(os.path.dirname(importlib.util.find_spec('torch').origin))"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    touched = ("utils/checkpoint.py", "utils/_sac_compiled_fn.py", "_inductor/output_code.py", "_dynamo/eval_frame.py")
+
+    def installed():
+        return {f: open(os.path.join(torch_dir, f), "rb").read() if os.path.exists(os.path.join(torch_dir, f)) else None
+                for f in touched}
+
+    before = installed()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
+    env.update(DEVICE="cpu", BENCH_ARGS="--small", STEP_S="400", BUDGET_S="1800", PYTHON=sys.executable,
+               CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(["bash", SERIES_CHECK, str(tmp_path)], capture_output=True, text=True, env=env, timeout=1900)
+    steps = (tmp_path / "steps.txt").read_text()
+    summary = (tmp_path / "summary.txt").read_text()
+    assert steps.splitlines()[0] == ("series applied to a copy of %s: series (0 hunks with an offset or fuzz, "
+                                     "0 failed)" % torch_dir), steps + proc.stdout[-2000:]
+    for name in ("bench_on", "bench_off", "block"):
+        assert re.search(r"^%s rc=0 \(expected 0\) \d+s$" % name, steps, re.M), steps + proc.stdout[-2000:]
+    assert installed() == before and before["utils/_sac_compiled_fn.py"] is None
+    assert "what ran: the series applied to a copy of torch, its switch on / off" in summary, summary
+    on = re.search(r"^switch on: sac\(compile\(block\)\) / compile\(sac\(block\)\) = [\d.]+x \(within 2%: (yes|no)\), "
+                   r"(\d+) against (\d+) backward matmul kernels \(equal: yes\)$", summary, re.M)
+    off = re.search(r"^switch off: sac\(compile\(block\)\) / compile\(sac\(block\)\) = [\d.]+x, "
+                    r"(\d+) against (\d+) backward matmul kernels$", summary, re.M)
+    assert on and off and int(off.group(1)) > int(off.group(2)) == int(on.group(3)), summary
+    assert re.search(r"^block: Ran 3 tests in [\d.]+s$", summary, re.M) and "\nblock: OK\n" in summary, summary
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".work")] == []
+    assert proc.returncode == 0, steps + summary
