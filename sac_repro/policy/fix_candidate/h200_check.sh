@@ -16,61 +16,12 @@
 # Exit codes: 0 every step ran and exited as expected (the summary says whether the numbers are
 # the ones hoped for), 125 a step could not run here or failed, 128 usage error.
 set -u
-out=${1:-${OUT:-}}
-if [ -z "$out" ] || [ ! -d "$out" ] || [ ! -w "$out" ]; then
-    echo "h200_check.sh: '${out}' is not a writable folder: set OUT=FOLDER or give it as the argument" >&2
-    exit 128
-fi
-out=$(cd "$out" && pwd) || exit 128
-cd "$(dirname "$0")/../../.." || exit 128  # the bundle's folder
-python=${PYTHON:-python3}
-device=${DEVICE:-cuda}
+me=h200_check.sh
 budget=${BUDGET_S:-570}
-bench_args=${BENCH_ARGS:-}
-case "$device" in cuda|cpu) ;; *) echo "h200_check.sh: DEVICE=$device is not cuda or cpu" >&2; exit 128 ;; esac
-step_s=${STEP_S:-}
-for v in "BUDGET_S=$budget" "STEP_S=${step_s:-0}"; do
-    case "${v#*=}" in ''|*[!0-9]*) echo "h200_check.sh: $v is not a whole number of seconds" >&2; exit 128 ;; esac
-done
-start=$(date +%s)
-# Inductor's and Triton's caches too: nothing outside OUT, and nothing of them comes back
-work=$(mktemp -d "$out/.work.XXXXXX") || exit 128
-trap 'rm -rf "$work"' EXIT
-export TORCHINDUCTOR_CACHE_DIR=$work/inductor TRITON_CACHE_DIR=$work/triton
-unset SAC_FIX_CANDIDATE
-steps=$out/steps.txt
-: > "$steps"
+step_shows_command=yes
+. "$(dirname "$0")/_check_steps.sh" || exit 128  # OUT and the options, the work folder, steps.txt, step, machine.txt
+# an earlier run's files in OUT would be read as this run's
 rm -f "$out"/bench_fix.* "$out"/bench_plain.* "$out"/bench_warn.* "$out"/upstream_fix.log "$out"/summary.txt
-failed=0
-
-# step NAME TIMEOUT_S EXPECTED_RC ENV... -- COMMAND...: run it with its output in OUT/NAME.log,
-# unless what is left of the budget is less than TIMEOUT_S
-step() {
-    local name=$1 limit=${step_s:-$2} expected=$3 envs=()
-    shift 3
-    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
-    shift
-    local left=$(( budget - ($(date +%s) - start) ))
-    if [ "$left" -lt "$limit" ]; then
-        echo "$name skipped: ${left}s of the budget left, it may take ${limit}s" | tee -a "$steps"
-        failed=1
-        return
-    fi
-    local t0=$(date +%s)
-    env ${envs[@]+"${envs[@]}"} timeout "$limit" "$@" > "$out/$name.log" 2>&1
-    local rc=$?
-    echo "$name rc=$rc (expected $expected) $(( $(date +%s) - t0 ))s: $*" | tee -a "$steps"
-    [ "$rc" = "$expected" ] || failed=1
-}
-
-{
-    date -u +"date: %Y-%m-%d %H:%M UTC"
-    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -4
-    nproc
-    "$python" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.git_version, torch.version.cuda, torch.cuda.is_available())" 2>&1 | tail -1
-} > "$out/machine.txt"
-cat "$out/machine.txt"
 
 support=
 if ! "$python" -c "import expecttest" 2>/dev/null; then

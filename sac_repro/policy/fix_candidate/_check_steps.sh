@@ -1,0 +1,62 @@
+# The part h200_check.sh and series_check.sh share, sourced by each after `set -u` and these:
+#   me                  the script's name, which begins each of its messages
+#   budget              ${BUDGET_S:-the script's own default}
+#   step_shows_command  where set, steps.txt gives each step's command after its outcome
+# It reads the options (OUT or the first argument, PYTHON, DEVICE, BENCH_ARGS, STEP_S; a wrong
+# one, BUDGET_S's too, exits 128 with one line), goes to the bundle's folder, makes the work
+# folder in OUT (removed on exit), empties OUT/steps.txt and writes OUT/machine.txt. It sets out,
+# python, device, bench_args, step_s, start, work, steps and failed=0, and defines step, last so
+# that sourcing it returns 0: `. _check_steps.sh || exit 128` exits only where it is missing.
+out=${1:-${OUT:-}}
+if [ -z "$out" ] || [ ! -d "$out" ] || [ ! -w "$out" ]; then
+    echo "$me: '${out}' is not a writable folder: set OUT=FOLDER or give it as the argument" >&2
+    exit 128
+fi
+out=$(cd "$out" && pwd) || exit 128
+cd "$(dirname "$0")/../../.." || exit 128  # the bundle's folder
+python=${PYTHON:-python3}
+device=${DEVICE:-cuda}
+bench_args=${BENCH_ARGS:-}
+step_s=${STEP_S:-}
+case "$device" in cuda|cpu) ;; *) echo "$me: DEVICE=$device is not cuda or cpu" >&2; exit 128 ;; esac
+for v in "BUDGET_S=$budget" "STEP_S=${step_s:-0}"; do
+    case "${v#*=}" in ''|*[!0-9]*) echo "$me: $v is not a whole number of seconds" >&2; exit 128 ;; esac
+done
+start=$(date +%s)
+# Inductor's and Triton's caches too: nothing outside OUT, and nothing of them comes back
+work=$(mktemp -d "$out/.work.XXXXXX") || exit 128
+trap 'rm -rf "$work"' EXIT
+export TORCHINDUCTOR_CACHE_DIR=$work/inductor TRITON_CACHE_DIR=$work/triton
+unset SAC_FIX_CANDIDATE
+steps=$out/steps.txt
+: > "$steps"
+failed=0
+
+{
+    date -u +"date: %Y-%m-%d %H:%M UTC"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -4
+    nproc
+    "$python" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.git_version, torch.version.cuda, torch.cuda.is_available())" 2>&1 | tail -1
+} > "$out/machine.txt"
+cat "$out/machine.txt"
+
+# step NAME TIMEOUT_S EXPECTED_RC ENV... -- COMMAND...: run it with its output in OUT/NAME.log,
+# unless what is left of the budget is less than TIMEOUT_S
+step() {
+    local name=$1 limit=${step_s:-$2} expected=$3 envs=()
+    shift 3
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    local left=$(( budget - ($(date +%s) - start) ))
+    if [ "$left" -lt "$limit" ]; then
+        echo "$name skipped: ${left}s of the budget left, it may take ${limit}s" | tee -a "$steps"
+        failed=1
+        return
+    fi
+    local t0=$(date +%s)
+    env ${envs[@]+"${envs[@]}"} timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    local rc=$?
+    echo "$name rc=$rc (expected $expected) $(( $(date +%s) - t0 ))s${step_shows_command:+: $*}" | tee -a "$steps"
+    [ "$rc" = "$expected" ] || failed=1
+}
