@@ -27,7 +27,9 @@ start=$(date +%s)
 work=$(mktemp -d "$out/.work.XXXXXX") || exit 128
 trap 'rm -rf "$work"' EXIT
 export TORCHINDUCTOR_CACHE_DIR=$work/inductor TRITON_CACHE_DIR=$work/triton
-unset SAC_FIX_CANDIDATE
+# each step names its own PYTHONPATH and mode: a caller's could bring the candidate, or another
+# torch, into a step meant to have neither
+unset SAC_FIX_CANDIDATE PYTHONPATH
 steps=$out/steps.txt
 : > "$steps"
 failed=0

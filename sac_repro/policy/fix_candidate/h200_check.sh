@@ -9,7 +9,8 @@
 #
 # PyTorch's test modules import expecttest, which a torch wheel lacks: where python3 has none, a
 # wheel of it in .whl/ (expecttest-*.whl) is put on PYTHONPATH, and so is $SUPPORT_PATH (a folder
-# with numpy, say, for a python that lacks it). Python is $PYTHON (python3);
+# with numpy, say, for a python that lacks it); a PYTHONPATH of the caller's is dropped (it could
+# bring the candidate into the run meant to be without it). Python is $PYTHON (python3);
 # BUDGET_S (570) caps the whole run: a step that would not fit is skipped, and says so. STEP_S
 # sets every step's own limit (170 s for a bench, 150 s for the upstream test on an H200).
 #

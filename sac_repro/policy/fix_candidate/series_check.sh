@@ -20,9 +20,6 @@
 set -u
 me=series_check.sh
 budget=${BUDGET_S:-540}
-# each step names its own PYTHONPATH: a caller's could bring the candidate, or another torch, into
-# a step meant to have neither
-unset PYTHONPATH
 . "$(dirname "$0")/_check_steps.sh" || exit 128  # OUT and the options, the work folder, steps.txt, step, machine.txt
 bundle=$PWD
 # an earlier run's files in OUT would be read as this run's
