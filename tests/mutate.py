@@ -504,6 +504,155 @@ ENVS = [
            BUILDS_TESTS, k="test_installer_uv_without_uv_is_a_usage_error"),
 ]
 
+# The tables from here on guard what the judged run, its reports and the script alone tell a user:
+# an exit code, a verdict's word, a refusal of bad input, a check of ownership before a write, and
+# which of two sentences a report says; each against the fast tests it names.
+
+# ----------------------------------------------------------------------------- sac_repro/judge/verdict.py
+JUDGE_TESTS = "tests/test_judge.py"
+CAPTURE_TESTS = "tests/test_captures.py"
+VERDICT = [
+    mutant("a control that compiled in some calls counts as compiled",
+           "    if control[\"compiled_calls\"] < n:", "    if not control[\"compiled_calls\"]:",
+           JUDGE_TESTS, k="control"),
+    mutant("a call under SAC that settles nothing is read as compiled",
+           "    if case[\"compiled_calls\"] < m:", "    if False:",
+           JUDGE_TESTS, k="settles_nothing"),
+    mutant("--strict-policy where the policy was not measured is not_reproduced",
+           "        if ignored is None:\n", "        if False:\n",
+           JUDGE_TESTS, k="policy"),
+    mutant("a 51st range (index 50) is neither a call nor stray",
+           "sorted(i for i in by_index if i >= LOOP_CALLS)", "sorted(i for i in by_index if i > LOOP_CALLS)",
+           CAPTURE_TESTS, k="stray"),
+    mutant("a range numbered with a leading zero (07) is taken as the report's call 7",
+           "(0|[1-9][0-9]*)", "([0-9]+)",
+           CAPTURE_TESTS + " tests/test_captures_hypothesis.py"),
+]
+
+# ----------------------------------------------------------------------------- sac_repro/exits.py
+EXITS = [
+    mutant("--hunt-fix leaves 0 and 1 as they are",
+           "\"fix\": {\"reproduced\": EXIT_NOT_REPRODUCED, \"not_reproduced\": EXIT_REPRODUCED,",
+           "\"fix\": {\"reproduced\": EXIT_REPRODUCED, \"not_reproduced\": EXIT_NOT_REPRODUCED,",
+           "tests/test_report.py", k="h200_run_nsys"),
+    mutant("a signal exits 128, not 128+n",
+           "        return EXIT_ABORT + e.signum", "        return EXIT_ABORT",
+           "tests/test_signals.py", k="test_a_signal_to_the_script"),
+    mutant("cannot_test exits 128: a skip aborts the bisect",
+           "        say_error(\"cannot_test: %s\" % e)\n        return EXIT_CANNOT_TEST", "        say_error(\"cannot_test: %s\" % e)",
+           "tests/test_bench.py", k="test_the_bench_on_a_machine_without_cuda_cannot_test"),
+]
+
+# ----------------------------------------------------------------------------- sac_repro/outputs.py
+OWNERSHIP_TESTS = "tests/test_ownership.py"
+OUTPUTS = [
+    mutant("a hand-off hard-linked to a user's file is written over",
+           "st.st_nlink != 1 or st.st_uid != os.getuid() or st.st_mode & 0o077:\n        return \"not a private file of ours (mode 600, one link)\"",
+           "st.st_uid != os.getuid() or st.st_mode & 0o077:\n        return \"not a private file of ours (mode 600, one link)\"",
+           OWNERSHIP_TESTS, k="hand_off"),
+    mutant("a result file that still has a name (a user's) is written over",
+           "st.st_nlink != 0 or st.st_uid", "st.st_uid",
+           OWNERSHIP_TESTS, k="child"),
+    mutant("an output inside the bundle's .git is written",
+           "        if \".git\" in parts:", "        if parts[0] == \".git\" and len(parts) < 2:",
+           "tests/test_cli.py", k="test_outputs_never_go_into_git or test_a_worktrees_git_file"),
+]
+
+# ----------------------------------------------------------------------------- sac_repro/judge/cli.py
+CLI = [
+    mutant("the measured child's own abort (128) is a skip",
+           "        if not content and rc == EXIT_ABORT:", "        if False:",
+           "tests/test_cli.py", k="test_the_childs_own_abort_is_ours_not_a_skip"),
+    mutant("--loops-only takes --hunt-fix and ignores it",
+           "(\"--hunt-fix\", args.hunt_fix), (\"--strict-policy\", args.strict_policy),\n                                (\"--policy-report\"",
+           "(\"--strict-policy\", args.strict_policy),\n                                (\"--policy-report\"",
+           "tests/test_paste_truth.py", k="loops_only"),
+]
+
+# ----------------------------------------------------------------------------- sac_repro/judge/render.py
+TRUTH_TESTS = "tests/test_paste_truth.py"
+RENDER = [
+    mutant("the hint to run the script is given where Dynamo's own words are already shown",
+           " and not dynamo_lines(report):\n        out.append(\"hint: \"", ":\n        out.append(\"hint: \"",
+           JUDGE_TESTS, k="test_the_text_shows_each_scenario_and_the_verdict"),
+    mutant("the next step says the policy applied where it was not measured",
+           "    if recomputed is False:", "    if not recomputed:",
+           TRUTH_TESTS, k="next_step"),
+    mutant("the second finding is stated where the policy was asked about aten.mm.default",
+           "        and \"aten.mm.default\" not in asked_ops(report, CASE)", "",
+           TRUTH_TESTS, k="policy or finding"),
+]
+
+# ----------------------------------------------------------------------------- sac_repro/judge/said.py
+SAID = [
+    mutant("a warning is quoted twice: as a warning and as the stderr line that shows it",
+           "        if self.showing or (code_file", "        if (code_file",
+           SCRIPT_TESTS, k="test_what_the_child_says_is_caught"),
+    mutant("the bundle's progress lines are quoted as what the run said",
+           "            if one.strip() and not one.startswith(PROGRESS):", "            if one.strip():",
+           SCRIPT_TESTS, k="test_what_the_child_says_is_caught"),
+]
+
+# ----------------------------------------------------------------------------- sac_repro/judge/changes.py
+CHANGES_TESTS = "tests/test_changes.py"
+CHANGES = [
+    mutant("a revert of one mode of two is no revert",
+           "    return not all(getattr(checkpoint, m).ignore_compile_internals() for m in SAC_MODES)",
+           "    return not any(getattr(checkpoint, m).ignore_compile_internals() for m in SAC_MODES)",
+           CHANGES_TESTS, k="one_mode_of_two"),
+]
+
+# ----------------------------------------------------------------------------- sac_repro/judge/captures.py
+CAPTURES = [
+    mutant("a count that is no whole number is read as -1 instances",
+           "    if n < 0:\n        raise UsageError(\"%s line %d: expected a whole number",
+           "    if n < -1:\n        raise UsageError(\"%s line %d: expected a whole number",
+           CAPTURE_TESTS, k="malformed"),
+]
+
+# ----------------------------------------------------------------------------- sac_repro/judge/inputs.py
+BENCH_TESTS = "tests/test_policy_report.py"
+INPUTS = [
+    mutant("a bench row with a median of 0 ms is taken (x time divides by it)",
+           "r[\"median\"] > 0):", "r[\"median\"] >= 0):",
+           BENCH_TESTS, k="bench"),
+]
+
+# ----------------------------------------------------------------------------- sac_repro/judge/command.py
+COMMAND = [
+    mutant("a URL with a user and a password is printed in the command",
+           "SECRET_NAME.search(name) or URL_WITH_USER.search(value) or", "SECRET_NAME.search(name) or",
+           CHANGES_TESTS, k="secret"),
+    mutant("a change that Python loads by itself is said not to load again",
+           "            if not c.get(\"pythonpath\") and c.get(\"reloaded_by\") != BY_INTERPRETER]",
+           "            if not c.get(\"pythonpath\")]",
+           CHANGES_TESTS, k="test_a_revert_that_python_loads_by_itself_is_not_said_to_be_lost"),
+]
+
+# ----------------------------------------------------------------------------- sac_repro/policy/policy_report.py
+POLICY_REPORT = [
+    mutant("under the in-process revert the advice is to upgrade",
+           "advice = \"Run it without the in-process revert\" if reverted else",
+           "advice = \"Run it on torch 2.10 or later\" if reverted else",
+           TRUTH_TESTS, k="revert"),
+]
+
+# ----------------------------------------------------------------------------- torch_compile_selective_activation_checkpoint.py
+PROGRAM_TESTS = "tests/test_script_as_program.py"
+STANDALONE = [
+    mutant("a control that ran f's eager ops beside compiled code counts as compiled",
+           "    if ran(lambda: checkpoint_fn_without_context(f_control, x, y)) != (True, False, False):",
+           "    if not ran(lambda: checkpoint_fn_without_context(f_control, x, y))[0]:",
+           PROGRAM_TESTS, k="test_the_answer_to_each_evidence"),
+    mutant("an option exits 1, read as reproduced",
+           "file=sys.stderr) or 128)", "file=sys.stderr) or 1)",
+           PROGRAM_TESTS, k="refuses_options"),
+    mutant("an affected torch (no fix on disk) is said to have the fix reverted",
+           "* (shipped and not all(m.ignore_compile_internals() for m in modes))",
+           "* (not all(m.ignore_compile_internals() for m in modes))",
+           PROGRAM_TESTS, k="reverted_in_process"),
+]
+
 TABLES = {
     "run_nsys.sh": RUN_NSYS,
     "sac_repro/judge/measure.py": MEASURE,
@@ -512,6 +661,18 @@ TABLES = {
     "sac_repro/bisecting/caches.py": CACHES,
     "sac_repro/bisecting/builds.py": BUILDS,
     "sac_repro/bisecting/envs.py": ENVS,
+    "sac_repro/judge/verdict.py": VERDICT,
+    "sac_repro/exits.py": EXITS,
+    "sac_repro/outputs.py": OUTPUTS,
+    "sac_repro/judge/cli.py": CLI,
+    "sac_repro/judge/render.py": RENDER,
+    "sac_repro/judge/said.py": SAID,
+    "sac_repro/judge/changes.py": CHANGES,
+    "sac_repro/judge/captures.py": CAPTURES,
+    "sac_repro/judge/inputs.py": INPUTS,
+    "sac_repro/judge/command.py": COMMAND,
+    "sac_repro/policy/policy_report.py": POLICY_REPORT,
+    "torch_compile_selective_activation_checkpoint.py": STANDALONE,
 }
 
 
