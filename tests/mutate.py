@@ -567,6 +567,10 @@ CLI = [
            "(\"--hunt-fix\", args.hunt_fix), (\"--strict-policy\", args.strict_policy),\n                                (\"--policy-report\"",
            "(\"--strict-policy\", args.strict_policy),\n                                (\"--policy-report\"",
            "tests/test_paste_truth.py", k="loops_only"),
+    mutant("--loops-only exits 0 where the report's loops raised",
+           "        for line in dynamo_lines(raw):\n            emit(line)\n        return EXIT_CANNOT_TEST",
+           "        for line in dynamo_lines(raw):\n            emit(line)\n        return EXIT_OK",
+           "tests/test_cli.py", k="test_loops_only_where_the_loops_raised_is_no_capture_to_judge"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/judge/render.py

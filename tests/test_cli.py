@@ -499,6 +499,22 @@ def test_the_childs_own_abort_is_ours_not_a_skip(tmp_path, monkeypatch):
     assert "internal error" in stderr and "No space left on device" in stderr
 
 
+def test_loops_only_where_the_loops_raised_is_no_capture_to_judge(tmp_path, monkeypatch):
+    """--loops-only, run_nsys.sh's capture run, where the report's loops raised fullgraph's error (the
+    recorded 2.13 child with the fix reverted, handed over by a stand-in child): 125 and Dynamo's words,
+    never the 0 after which run_nsys.sh judges a capture of loops that did not run through."""
+    child = tmp_path / "child.py"
+    child.write_text("import shutil, sys\nshutil.copyfile(%r, sys.argv[sys.argv.index('--_child') + 1])\n"
+                     % data("cpu-torch2.13", "child_fix_reverted.json"))
+    monkeypatch.setattr(cli, "ENTRY", str(child))
+    rc, stdout, stderr = judge("--device", "cpu", "--loops-only")
+    assert rc == 125, (rc, stdout, stderr)
+    said, dynamo = stdout.splitlines()
+    assert said.startswith("cannot_test: the report's loops raised RuntimeError: torch.compile with fullgraph=True "
+                           "found no compiled frames. (torch 2.13.0+cpu; changed: the 2.10 fix reverted in-process")
+    assert dynamo.startswith("dynamo (the report's loops): skipping: f (reason: non-infra torch dispatch mode present")
+
+
 def test_a_child_that_exits_otherwise_without_a_result_is_cannot_test(tmp_path, monkeypatch):
     child = tmp_path / "child.py"
     child.write_text("import os\nos._exit(3)\n")  # as torch's native code might
