@@ -600,6 +600,9 @@ SAID = [
 # ----------------------------------------------------------------------------- sac_repro/judge/changes.py
 CHANGES_TESTS = "tests/test_changes.py"
 CHANGES = [
+    mutant("a torch that ships no fix (2.5-2.9) is said to have it reverted",
+           "    if not set(SAC_MODES) <= shipped:\n        return False", "    if False:\n        return False",
+           CHANGES_TESTS, k="test_a_torch_that_ships_no_fix_has_none_reverted"),
     mutant("a revert of one mode of two is no revert",
            "    return not all(getattr(checkpoint, m).ignore_compile_internals() for m in SAC_MODES)",
            "    return not any(getattr(checkpoint, m).ignore_compile_internals() for m in SAC_MODES)",

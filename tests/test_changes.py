@@ -164,6 +164,25 @@ def test_a_revert_of_one_mode_of_two_is_a_revert():
     assert run_python(one) == [changes.REVERTED]
 
 
+@pytest.mark.unit
+def test_a_torch_that_ships_no_fix_has_none_reverted(tmp_path):
+    """2.5-2.9: torch's own checkpoint.py gives the SAC modes no answer of their own, and they answer
+    False, as before the fix: nothing was undone, and a run there must not say so."""
+    import types
+    path = tmp_path / "checkpoint.py"
+    module = types.ModuleType("checkpoint")
+    module.__file__ = str(path)
+    base = "class TorchDispatchMode:\n    @classmethod\n    def ignore_compile_internals(cls):\n        return False\n\n"
+    for own in ("", FIXED_ANSWER):  # as 2.9 ships it; as 2.10 does
+        path.write_text(base + "".join("class %s(TorchDispatchMode):\n    %s\n\n" % (m, own or "pass") for m in changes.SAC_MODES))
+        for m in changes.SAC_MODES:  # what the modes answer in this process: False
+            setattr(module, m, type(m, (), {"ignore_compile_internals": classmethod(lambda cls: False)}))
+        assert changes.fix_reverted(module) is bool(own), own
+
+
+FIXED_ANSWER = "@classmethod\n    def ignore_compile_internals(cls):\n        return True"
+
+
 def test_a_folder_named_like_torchs_is_not_torch(tmp_path):
     """A patch in site-packages/torch_patches/ is not torch's own code."""
     torch_dir = tmp_path / "site-packages" / "torch"
