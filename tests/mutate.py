@@ -611,6 +611,9 @@ CHANGES = [
 
 # ----------------------------------------------------------------------------- sac_repro/judge/captures.py
 CAPTURES = [
+    mutant("ncu: a range heading seen twice is one range, so a doubled call is hidden",
+           "ranges.add(current)[\"instances\"] += 1", "ranges.add(current)[\"instances\"] = 1",
+           CAPTURE_TESTS, k="test_a_range_that_ncus_summary_lists_twice_is_doubled"),
     mutant("a count that is no whole number is read as -1 instances",
            "    if n < 0:\n        raise UsageError(\"%s line %d: expected a whole number",
            "    if n < -1:\n        raise UsageError(\"%s line %d: expected a whole number",

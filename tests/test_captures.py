@@ -205,6 +205,19 @@ def test_a_call_seen_twice_in_an_sqlite_export_is_doubled(tmp_path):
     assert rc == 125 and "doubled 9" in stdout
 
 
+def test_a_range_that_ncus_summary_lists_twice_is_doubled(tmp_path):
+    """A range heading that ncu's per-nvtx summary holds twice is two ranges of one name: a doubled
+    call, incomplete evidence as in nsys's captures, never one call with twice the kernels."""
+    lines = open(NCU_FIXED).read().splitlines()
+    start = lines.index("  <f_compiled_with_context 7>")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(("  <", "<")))
+    path = tmp_path / "ncu.txt"
+    path.write_text("\n".join(lines + lines[start:end]) + "\n")
+    rc, stdout, _ = judge("--from-ncu", path)
+    assert rc == 125 and "f_compiled_with_context: doubled 7" in stdout, stdout
+    assert judge("--from-ncu", NCU_FIXED)[0] == 0
+
+
 # ----------------------------------------------------------- .nsys-rep through nsys stats
 @pytest.mark.parametrize("name", ["capture.nsys-rep", "old.qdrep"])
 def test_an_nsys_report_is_read_through_nsys_stats(fake_nsys, name):
