@@ -626,6 +626,10 @@ INPUTS = [
     mutant("a bench row with a median of 0 ms is taken (x time divides by it)",
            "r[\"median\"] > 0):", "r[\"median\"] >= 0):",
            BENCH_TESTS, k="bench"),
+    mutant("a hand-off whose capture options are not strings is taken",
+           "    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):",
+           "    if not isinstance(options, list):",
+           "tests/test_nsys.py", k="test_a_hand_off_that_is_not_the_capture_runs_is_a_usage_error"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/judge/command.py

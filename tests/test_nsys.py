@@ -647,7 +647,8 @@ def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path, monkeypat
     '{"env": {"changes": "abc"}, "dynamo_skips": []}', '{"env": {}, "dynamo_skips": ["str"]}',
     '{"env": {}, "dynamo_skips": [{"frame": 1}]}', '{"env": {"changes": [{"label": "L", "env": "x"}]}, "dynamo_skips": []}',
     '{"env": {"changes": [{"label": "L", "pythonpath": 5}]}, "dynamo_skips": []}', '{"env": {"torch": ["X"]}, "dynamo_skips": []}',
-    '{"env": {}, "dynamo_skips": [], "capture_options": "--device cpu"}'])
+    '{"env": {}, "dynamo_skips": [], "capture_options": "--device cpu"}',
+    '{"env": {}, "dynamo_skips": [], "capture_options": ["--device", 1]}'])
 def test_a_hand_off_that_is_not_the_capture_runs_is_a_usage_error(tmp_path, content):
     handoff = tmp_path / "handoff.json"
     handoff.write_text(content)
