@@ -645,6 +645,10 @@ COMMAND = [
 
 # ----------------------------------------------------------------------------- sac_repro/policy/policy_report.py
 POLICY_REPORT = [
+    mutant("a run whose policy was not measured reads 'This run does not show it'",
+           "    if report[\"policy\"].get(\"with_context_matmul_recomputed_in_backward\") is False:",
+           "    if not report[\"policy\"].get(\"with_context_matmul_recomputed_in_backward\"):",
+           BENCH_TESTS + " " + TRUTH_TESTS, k="not_measured or matmul_was_saved"),
     mutant("under the in-process revert the advice is to upgrade",
            "advice = \"Run it without the in-process revert\" if reverted else",
            "advice = \"Run it on torch 2.10 or later\" if reverted else",

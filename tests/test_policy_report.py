@@ -102,6 +102,18 @@ def test_those_paragraphs_change_with_the_evidence():
     assert "inductor_compiled_code" not in text
 
 
+def test_where_the_policy_was_not_measured_the_report_does_not_say_the_run_shows_nothing():
+    """Controls that do not separate (the recomputing one counts no more than the baseline): whether
+    the forward matmul ran again is unknown, and what the policy was asked about was measured, so the
+    report says that and "not measured", never "This run does not show it"."""
+    raw = copy.deepcopy(FIXED)
+    raw["scenarios"]["without_context"]["backward_matmuls"] = raw["scenarios"]["compiled_no_checkpoint"]["backward_matmuls"]
+    text = markdown(raw)
+    assert "This run does not show it" not in text
+    assert "only, never `aten.mm.default`; whether the forward matmul ran again was not measured (not measured: the " \
+           "controls do not separate" in text
+
+
 def test_the_bench_adds_the_cost_and_what_saving_the_region_whole_takes():
     md = markdown(FIXED, BENCH)
     assert "**What it costs** (`bench_sac_compile.py`, NVIDIA H200, torch 2.11.0+cu130, 4 blocks of hidden 4096" in md
