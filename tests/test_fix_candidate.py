@@ -647,6 +647,7 @@ def test_the_gpu_check_as_a_dry_run_on_the_cpu(tmp_path):
     summary = (tmp_path / "summary.txt").read_text()
     assert "under the candidate, sac(compile(block)) / compile(sac(block))" in summary, summary
     assert "warn mode: backward matmuls and peak memory as without the candidate: yes" in summary, summary
+    assert "None" not in summary and re.search(r"backward matmuls, peak - -> - GiB$", summary, re.M), summary
 
 
 @pytest.mark.release  # the series applied to a copy of torch, the bench twice and the block, on the CPU: minutes

@@ -51,6 +51,13 @@ step bench_warn 110 0 PYTHONPATH=sac_repro/policy/fix_candidate SAC_FIX_CANDIDAT
 import json, os, re, sys
 out, device = sys.argv[1], sys.argv[2]
 REPORTED, WORKAROUND = "sac(compile(block)) [reported]", "compile(sac(block)) [workaround]"
+
+
+
+def gib(mem):  # the CPU has no peak memory to read
+    return "-" if mem is None else "%.2f" % mem
+
+
 runs = {}
 for mode in ("plain", "fix", "warn"):
     path = os.path.join(out, "bench_%s.json" % mode)
@@ -64,8 +71,7 @@ if runs:
 for mode, run in runs.items():
     base = run["rows"][WORKAROUND]["median"]
     for name, r in run["rows"].items():
-        mem = "-" if r["mem"] is None else "%.2f" % r["mem"]
-        print("%-6s %-52s %10.3f %7.2f %9s %8s" % (mode, name, r["median"], r["median"] / base, mem,
+        print("%-6s %-52s %10.3f %7.2f %9s %8s" % (mode, name, r["median"], r["median"] / base, gib(r["mem"]),
                                                "-" if r["bwd_mm"] is None else r["bwd_mm"]))
     print("%-6s changes: %s" % (mode, "; ".join(c["label"] for c in run.get("changes", [])) or "none"))
 if "fix" in runs:
@@ -77,7 +83,7 @@ if "fix" in runs:
 if "plain" in runs and "fix" in runs:
     p, f = runs["plain"]["rows"][REPORTED], runs["fix"]["rows"][REPORTED]
     print("sac(compile(block)) without -> with the candidate: %.3f -> %.3f ms, %s -> %s backward matmuls, "
-          "peak %s -> %s GiB" % (p["median"], f["median"], p["bwd_mm"], f["bwd_mm"], p["mem"], f["mem"]))
+          "peak %s -> %s GiB" % (p["median"], f["median"], p["bwd_mm"], f["bwd_mm"], gib(p["mem"]), gib(f["mem"])))
 if "plain" in runs and "warn" in runs:
     same = all(runs["plain"]["rows"][n]["bwd_mm"] == r["bwd_mm"] and runs["plain"]["rows"][n]["mem"] == r["mem"]
                for n, r in runs["warn"]["rows"].items())
