@@ -571,6 +571,9 @@ CLI = [
            "        for line in dynamo_lines(raw):\n            emit(line)\n        return EXIT_CANNOT_TEST",
            "        for line in dynamo_lines(raw):\n            emit(line)\n        return EXIT_OK",
            "tests/test_cli.py", k="test_loops_only_where_the_loops_raised_is_no_capture_to_judge"),
+    mutant("--json - with --policy-report is taken: the JSON and the markdown share stdout",
+           "    if args.json == \"-\" and (args.markdown or args.policy_report):", "    if args.json == \"-\" and args.markdown:",
+           "tests/test_policy_report.py tests/test_cli.py", k="usage_error or bad_input"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/judge/render.py
@@ -585,6 +588,9 @@ RENDER = [
     mutant("the second finding is stated where the policy was asked about aten.mm.default",
            "        and \"aten.mm.default\" not in asked_ops(report, CASE)", "",
            TRUTH_TESTS, k="policy or finding"),
+    mutant("Error logs of a quiet run claim no warning was shown where nothing was recorded of it",
+           "            if \"said\" in report else \"\")]", "            if \"said\" not in report else \"\")]",
+           TRUTH_TESTS + " tests/test_report.py", k="error_logs or said"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/judge/said.py
@@ -595,6 +601,9 @@ SAID = [
     mutant("the bundle's progress lines are quoted as what the run said",
            "            if one.strip() and not one.startswith(PROGRESS):", "            if one.strip():",
            SCRIPT_TESTS, k="test_what_the_child_says_is_caught"),
+    mutant("the lines left out are not counted",
+           "            self.left_out += 1", "            pass",
+           SCRIPT_TESTS, k="test_a_process_that_says_much_fills_no_paste"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/judge/changes.py
@@ -607,6 +616,9 @@ CHANGES = [
            "    return not all(getattr(checkpoint, m).ignore_compile_internals() for m in SAC_MODES)",
            "    return not any(getattr(checkpoint, m).ignore_compile_internals() for m in SAC_MODES)",
            CHANGES_TESTS, k="one_mode_of_two"),
+    mutant("a change made by a file of the bundle is said to load again by itself",
+           " and folder != BUNDLE \\\n            and not inside(folder, BUNDLE):", ":",
+           CHANGES_TESTS, k="reload or the_folder_that"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/judge/captures.py
@@ -630,6 +642,9 @@ INPUTS = [
            "    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):",
            "    if not isinstance(options, list):",
            "tests/test_nsys.py", k="test_a_hand_off_that_is_not_the_capture_runs_is_a_usage_error"),
+    mutant("a bench whose baseline names no row is taken",
+           "isinstance(bench.get(\"baseline\"), str) and bench[\"baseline\"] in rows)", "isinstance(bench.get(\"baseline\"), str))",
+           BENCH_TESTS, k="bench"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/judge/command.py
@@ -641,6 +656,9 @@ COMMAND = [
            "            if not c.get(\"pythonpath\") and c.get(\"reloaded_by\") != BY_INTERPRETER]",
            "            if not c.get(\"pythonpath\")]",
            CHANGES_TESTS, k="test_a_revert_that_python_loads_by_itself_is_not_said_to_be_lost"),
+    mutant("a variable whose name holds PASS in a word (TORCHINDUCTOR_DISABLED_PASSES) is withheld",
+           "(?<![A-Z])PASS(?![A-Z])", "PASS",
+           CHANGES_TESTS, k="secret or listed or switches"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/policy/policy_report.py
