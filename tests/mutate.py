@@ -527,6 +527,9 @@ VERDICT = [
     mutant("a range numbered with a leading zero (07) is taken as the report's call 7",
            "(0|[1-9][0-9]*)", "([0-9]+)",
            CAPTURE_TESTS + " tests/test_captures_hypothesis.py"),
+    mutant("a range of the loops in which no kernel ran is taken as a call",
+           " and len(rs) == 1 and sum(rs[0].values())}", " and len(rs) == 1}",
+           CAPTURE_TESTS, k="test_a_range_in_which_no_kernel_ran_is_missing"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/exits.py

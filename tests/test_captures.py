@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import (ADD, data, FIXED_CSV, FIXED_SQLITE, GEMM, judge, MUL, NCU_FIXED, one_line_error,
+from conftest import (ADD, data, FIXED_CSV, FIXED_SQLITE, GEMM, judge, MUL, NCU_FIXED, NCU_REVERTED, one_line_error,
                       REVERTED_CSV, REVERTED_SQLITE, run, TRITON)
 
 pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
@@ -216,6 +216,19 @@ def test_a_range_that_ncus_summary_lists_twice_is_doubled(tmp_path):
     rc, stdout, _ = judge("--from-ncu", path)
     assert rc == 125 and "f_compiled_with_context: doubled 7" in stdout, stdout
     assert judge("--from-ncu", NCU_FIXED)[0] == 0
+
+
+def test_a_range_in_which_no_kernel_ran_is_missing(tmp_path):
+    """A range of the loops that ncu lists with no kernel under it holds no evidence of that call: the
+    capture is incomplete (125), never judged on the 49 other calls as though it were the report's 50."""
+    lines = open(NCU_REVERTED).read().splitlines()
+    start = lines.index("  <f_compiled_with_context 7>")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(("  <", "<")))
+    path = tmp_path / "ncu.txt"
+    path.write_text("\n".join(lines[:start + 1] + lines[end:]) + "\n")
+    rc, stdout, _ = judge("--from-ncu", path)
+    assert rc == 125 and "f_compiled_with_context: missing 7" in stdout, stdout
+    assert judge("--from-ncu", NCU_REVERTED)[0] == 1
 
 
 # ----------------------------------------------------------- .nsys-rep through nsys stats
