@@ -559,6 +559,13 @@ OUTPUTS = [
     mutant("an output inside the bundle's .git is written",
            "        if \".git\" in parts:", "        if parts[0] == \".git\" and len(parts) < 2:",
            "tests/test_cli.py", k="test_outputs_never_go_into_git or test_a_worktrees_git_file"),
+    mutant("a hand-off named as run_nsys.sh names it but outside the temporary folder is written over",
+           "    if os.path.realpath(os.path.dirname(os.path.abspath(path))) != os.path.realpath(tempfile.gettempdir()):",
+           "    if False:",
+           OWNERSHIP_TESTS, k="hand_off"),
+    mutant("a hand-off that holds something already is written over",
+           "    if st.st_size:\n        return \"not empty\"", "    if False:\n        return \"not empty\"",
+           OWNERSHIP_TESTS, k="hand_off"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/judge/cli.py

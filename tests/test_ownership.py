@@ -122,6 +122,25 @@ def test_the_hand_off_is_written_only_into_run_nsys_shs_temporary_file(tmp_path)
         os.unlink(handoff)
 
 
+def test_a_hand_off_elsewhere_or_already_written_is_refused_and_left(tmp_path):
+    """Named as run_nsys.sh's mktemp names it, private and ours, yet in a folder of the user's, or in
+    the temporary folder with something in it already (another capture run's hand-off): neither is
+    this run's to write. --loops-only --_env refuses it before any work, and leaves it as it was."""
+    elsewhere = tmp_path / "run_nsys_run.a1b2c3"
+    elsewhere.write_text("")
+    elsewhere.chmod(0o600)
+    fd, written = tempfile.mkstemp(prefix="run_nsys_run.")
+    os.write(fd, b'{"env": {}, "dynamo_skips": []}')
+    os.close(fd)
+    try:
+        for path, says in ((str(elsewhere), "not in the temporary folder"), (written, "not empty")):
+            rc, stdout, stderr = judge("--loops-only", "--device", "cpu", "--_env", path)
+            one_line_error(rc, stdout, stderr, "--_env %s: %s" % (path, says), "internal option")
+        assert elsewhere.read_text() == "" and open(written).read() == '{"env": {}, "dynamo_skips": []}'
+    finally:
+        os.unlink(written)
+
+
 def test_the_hand_off_is_no_hard_link_to_a_users_file(tmp_path):
     """A file of the user's, empty and private, hard-linked into the temporary folder under the
     hand-off's name: the same file, so refused, and left as it was."""
