@@ -669,6 +669,9 @@ COMMAND = [
     mutant("a variable whose name holds PASS in a word (TORCHINDUCTOR_DISABLED_PASSES) is withheld",
            "(?<![A-Z])PASS(?![A-Z])", "PASS",
            CHANGES_TESTS, k="secret or listed or switches"),
+    mutant("the judge of run_nsys.sh's capture carries TORCHINDUCTOR_COMPILE_THREADS, which run_nsys.sh sets itself",
+           "        env.pop(\"TORCHINDUCTOR_COMPILE_THREADS\", None)  # run_nsys.sh sets it itself", "        pass",
+           "tests/test_nsys.py", k="test_the_command_of_a_capture_leaves_out_what_run_nsys_sh_sets_itself"),
 ]
 
 # ----------------------------------------------------------------------------- sac_repro/policy/policy_report.py

@@ -642,6 +642,23 @@ def test_the_judge_names_what_changed_the_capture_runs_torch(tmp_path, monkeypat
     assert command.endswith(" -- --device cuda --markdown --hunt-fix") and "--from-nsys" not in command
 
 
+def test_the_command_of_a_capture_leaves_out_what_run_nsys_sh_sets_itself(tmp_path, monkeypatch):
+    """run_nsys.sh exports TORCHINDUCTOR_COMPILE_THREADS=1 for its capture and its judge; the Command,
+    which reruns run_nsys.sh, sets it again by itself: it carries the variables the user set, not that."""
+    from sac_repro.judge import render
+    for k in [k for k in os.environ if render.RERUN_VARIABLES.fullmatch(k)]:  # this shell's own switches
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")  # as run_nsys.sh exports it
+    monkeypatch.setenv("TORCHINDUCTOR_FREEZING", "1")  # the user's own
+    handoff = tmp_path / "handoff.json"
+    handoff.write_text(json.dumps({"env": {"torch": "2.11.0+cu130", "device": "cuda"}, "dynamo_skips": [],
+                                   "capture_options": ["--device", "cuda"]}))
+    rc, markdown, _ = judge("--from-nsys", REVERTED_CSV, "--markdown", "--_env", handoff)
+    command = re.search(r"Command: `([^`]*)`", markdown).group(1)
+    assert rc == 1 and command.startswith("TORCHINDUCTOR_FREEZING=1 PYTHON="), command
+    assert "COMPILE_THREADS" not in command
+
+
 @pytest.mark.parametrize("content", [
     "", "[]", '{"env": 3, "dynamo_skips": []}', "{",
     '{"env": {"changes": "abc"}, "dynamo_skips": []}', '{"env": {}, "dynamo_skips": ["str"]}',
