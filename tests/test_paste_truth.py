@@ -163,6 +163,16 @@ def test_the_next_step_of_another_change_is_not_the_reverts():
     assert not step(with_changes(recorded(REVERTED), [])).startswith("none for torch")
 
 
+def test_to_run_it_says_torch_as_installed_only_where_something_changed_it():
+    """The script saved from the paste runs on the reader's torch as installed: the paste says so
+    where an in-process change ran here (not the revert, whose own words say more), and only there."""
+    def run_it(raw):
+        return render.run_it(verdict.report_from_child(copy.deepcopy(raw), "regression", False))
+    assert run_it(recorded(FIXED)).endswith("125: cannot tell).")
+    assert run_it(with_changes(recorded(FIXED), [OTHER_CHANGE])).endswith(
+        "125: cannot tell; on torch as installed, without what changed it here).")
+
+
 def test_the_next_step_of_a_strict_policy_run_under_the_revert_is_the_policys():
     """Compiled under SAC, the revert listed (it reverted nothing the case used): --strict-policy's
     reading, not the revert's."""
