@@ -308,6 +308,19 @@ def test_a_policy_subject_that_was_not_counted_says_why():
     assert "with_context not measured (its backward raised);" in render.render_text(report)
 
 
+def test_a_count_missing_on_a_gpu_is_not_put_down_to_the_cpu():
+    """A backward recorded without its count ('backward_matmuls': null) is put down to the CPU, which
+    counted only matmuls inside compiled code in runs recorded before it told them apart, only on the
+    CPU: on a GPU it is 'not measured', no more."""
+    raw = recorded(FIXED)
+    raw["scenarios"][verdict.CASE]["backward_matmuls"] = None
+    for device, why in (("cpu", " (on CPU only matmuls inside compiled code can be counted)"), ("cuda", "")):
+        raw["env"]["device"] = device
+        text = render.render_text(verdict.report_from_child(copy.deepcopy(raw), "regression", False))
+        (line,) = [l for l in text.splitlines() if l.startswith("policy (MUST_SAVE aten.mm), ")]
+        assert "; with_context not measured%s;" % why in line, line
+
+
 # ------------------------------------------------------- the attached picture and the trace (issue 46)
 def test_the_attached_picture_has_its_caption_in_the_paste():
     report, md = markdown(recorded(FIXED))
