@@ -321,6 +321,17 @@ def test_a_count_missing_on_a_gpu_is_not_put_down_to_the_cpu():
         assert "; with_context not measured%s;" % why in line, line
 
 
+def test_a_run_that_cannot_test_offers_no_ablation():
+    """The ablation runs the case under each backend: where this build cannot be tested (the control
+    did not compile) the plain text does not offer it as the next thing to run; a judged run does."""
+    raw = recorded(FIXED)
+    offer = "ablation: not run (it compiles f once per backend); --ablation or --markdown runs it"
+    assert offer in render.render_text(verdict.report_from_child(copy.deepcopy(raw), "regression", False))
+    raw["scenarios"]["without_context"]["calls"][0]["names"] = raw["scenarios"]["eager_sac"]["calls"][0]["names"]
+    report = verdict.report_from_child(raw, "regression", False)
+    assert report["verdict"] == "cannot_test" and "ablation" not in render.render_text(report)
+
+
 # ------------------------------------------------------- the attached picture and the trace (issue 46)
 def test_the_attached_picture_has_its_caption_in_the_paste():
     report, md = markdown(recorded(FIXED))
