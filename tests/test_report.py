@@ -249,7 +249,8 @@ def assert_the_paste_is_apart_from_what_is_said_of_it(section):
 def test_every_output_shown_in_the_readme_was_printed_by_a_recorded_run():
     """The README's sample output is cut from transcripts, never written by hand."""
     transcripts = open(EXPECTED_OUTPUT).read() + "".join(
-        open(os.path.join(ROOT, "docs", "transcripts", f)).read() for f in os.listdir(os.path.join(ROOT, "docs", "transcripts")))
+        open(os.path.join(ROOT, "docs", "transcripts", f)).read() for f in os.listdir(os.path.join(ROOT, "docs", "transcripts"))
+        if f.endswith(".md"))  # a transcript's pictures beside it
     readme = open(os.path.join(ROOT, "README.md")).read()
     blocks, fence = [], None  # output blocks are the fences that name no language
     for line in readme.splitlines():
@@ -270,7 +271,7 @@ def test_every_transcript_names_a_commit_of_this_history():
     """expected_output.md's blocks and each file of docs/transcripts/: where each ran is named."""
     folder = os.path.join(ROOT, "docs", "transcripts")
     blocks = open(EXPECTED_OUTPUT).read().split("\n## ")[1:] + [
-        open(os.path.join(folder, f)).read() for f in sorted(os.listdir(folder)) if f != "README.md"]
+        open(os.path.join(folder, f)).read() for f in sorted(os.listdir(folder)) if f.endswith(".md") and f != "README.md"]
     assert len(blocks) >= 20
     for block in blocks:
         m = re.search(r"bundle commit ([0-9a-f]{7,40})", block)
