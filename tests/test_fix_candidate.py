@@ -556,6 +556,48 @@ def test_a_check_given_a_wrong_option_says_so_in_one_line_naming_itself_and_exit
 
 
 @pytest.mark.parametrize("script", CHECKS)
+def test_a_check_writes_only_into_an_empty_folder_or_one_it_wrote_before(tmp_path, script):
+    """OUT is the user's: files there of names like the check's (bench_fix.md, steps.txt) were
+    removed or emptied by a check's clean-up. An OUT that holds what no check made is refused,
+    128, and left as it was; one that a check wrote before is written again, its own files
+    replaced and nothing else touched."""
+    python, _ = python_without_torch(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = {"bench_fix.md": "mine", "bench_on.csv": "mine", "steps.txt": "my steps", "upstream_fix.log": "mine"}
+    for name, text in mine.items():
+        (out / name).write_text(text)
+    proc = run_check(script, tmp_path, OUT=str(out), PYTHON=python, DEVICE="cpu", BUDGET_S="0")
+    assert proc.returncode == 128 and proc.stderr.splitlines() == [
+        "%s: '%s' holds files that no check wrote: give an empty folder, or one a check wrote before" % (
+            script, out)], proc.stderr
+    assert {p.name: p.read_text() for p in out.iterdir()} == mine
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for _ in range(2):  # the second run: into the folder the first wrote
+        proc = run_check(script, tmp_path, OUT=str(empty), PYTHON=python, DEVICE="cpu", BUDGET_S="0")
+        assert proc.returncode == 125, proc.stderr
+    for name in ("bench_fix.md", "bench_on.md"):
+        (empty / name).write_text("mine, added later")
+    proc = run_check(script, tmp_path, OUT=str(empty), PYTHON=python, DEVICE="cpu", BUDGET_S="0")
+    assert proc.returncode == 125, proc.stderr
+    assert [(empty / name).read_text() for name in ("bench_fix.md", "bench_on.md")] == ["mine, added later"] * 2
+
+
+@pytest.mark.parametrize("script", CHECKS)
+def test_a_budget_with_a_leading_zero_is_read_in_decimal(tmp_path, script):
+    """BUDGET_S=08 passed the digits-only check, then bash's arithmetic read it as octal: every step
+    failed on 'value too great for base', none was skipped or run, and the check exited 0."""
+    python, _ = python_without_torch(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_check(script, tmp_path, OUT=str(out), PYTHON=python, DEVICE="cpu", BUDGET_S="08")
+    assert proc.returncode == 125 and "value too great" not in proc.stderr, proc.stderr
+    skipped = [l for l in (out / "steps.txt").read_text().splitlines() if " skipped: " in l and "apply" not in l]
+    assert skipped and all(re.search(r" skipped: [78]s of the budget left", l) for l in skipped), skipped
+
+
+@pytest.mark.parametrize("script", CHECKS)
 def test_a_check_runs_each_step_from_the_bundles_folder_with_the_caches_in_its_work_folder(tmp_path, script):
     """Run by a relative path from another folder, a check runs its steps from the bundle's folder,
     where their paths are (its `cd` went to sac_repro/ once), with Inductor's and Triton's caches in

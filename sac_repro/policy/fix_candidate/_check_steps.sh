@@ -3,7 +3,8 @@
 #   budget              ${BUDGET_S:-the script's own default}
 #   step_shows_command  where set, steps.txt gives each step's command after its outcome
 # It reads the options (OUT or the first argument, PYTHON, DEVICE, BENCH_ARGS, STEP_S; a wrong
-# one, BUDGET_S's too, exits 128 with one line), goes to the bundle's folder, makes the work
+# one, BUDGET_S's too, exits 128 with one line; so does an OUT that holds what no check wrote),
+# goes to the bundle's folder, marks OUT as a check's (.sac-repro-check), makes the work
 # folder in OUT (removed on exit), empties OUT/steps.txt and writes OUT/machine.txt. It sets out,
 # python, device, bench_args, step_s, start, work, steps and failed=0, and defines step, last so
 # that sourcing it returns 0: `. _check_steps.sh || exit 128` exits only where it is missing.
@@ -22,6 +23,14 @@ case "$device" in cuda|cpu) ;; *) echo "$me: DEVICE=$device is not cuda or cpu" 
 for v in "BUDGET_S=$budget" "STEP_S=${step_s:-0}"; do
     case "${v#*=}" in ''|*[!0-9]*) echo "$me: $v is not a whole number of seconds" >&2; exit 128 ;; esac
 done
+# in decimal: bash's arithmetic reads 08 as octal, and fails on it
+budget=$((10#$budget)) step_s=${step_s:+$((10#$step_s))}
+# OUT is the user's folder: a check writes only into an empty one, or one a check marked before
+if [ ! -e "$out/.sac-repro-check" ] && [ -n "$(ls -A "$out")" ]; then
+    echo "$me: '$out' holds files that no check wrote: give an empty folder, or one a check wrote before" >&2
+    exit 128
+fi
+: > "$out/.sac-repro-check"
 start=$(date +%s)
 # Inductor's and Triton's caches too: nothing outside OUT, and nothing of them comes back
 work=$(mktemp -d "$out/.work.XXXXXX") || exit 128

@@ -7,6 +7,8 @@
 #   OUT=FOLDER sac_repro/policy/fix_candidate/h200_check.sh          # or: sac_repro/policy/fix_candidate/h200_check.sh FOLDER
 #   DEVICE=cpu BENCH_ARGS=--small OUT=FOLDER sac_repro/policy/fix_candidate/h200_check.sh   # a dry run on a CPU
 #
+# FOLDER: an empty folder, or one a check wrote before (it marks it so); any other is refused.
+#
 # PyTorch's test modules import expecttest, which a torch wheel lacks: where python3 has none, a
 # wheel of it in .whl/ (expecttest-*.whl) is put on PYTHONPATH, and so is $SUPPORT_PATH (a folder
 # with numpy, say, for a python that lacks it); a PYTHONPATH of the caller's is dropped (it could
@@ -22,7 +24,7 @@ budget=${BUDGET_S:-570}
 step_shows_command=yes
 . "$(dirname "$0")/_check_steps.sh" || exit 128  # OUT and the options, the work folder, steps.txt, step, machine.txt
 # an earlier run's files in OUT would be read as this run's
-rm -f "$out"/bench_fix.* "$out"/bench_plain.* "$out"/bench_warn.* "$out"/upstream_fix.log "$out"/summary.txt
+rm -f "$out"/{bench_fix,bench_plain,bench_warn}.{json,log} "$out"/upstream_fix.log "$out"/summary.txt
 
 support=
 if ! "$python" -c "import expecttest" 2>/dev/null; then

@@ -12,6 +12,8 @@
 #   OUT=FOLDER sac_repro/policy/fix_candidate/series_check.sh      # or: ... series_check.sh FOLDER
 #   DEVICE=cpu BENCH_ARGS=--small OUT=FOLDER sac_repro/policy/fix_candidate/series_check.sh  # a CPU dry run
 #
+# FOLDER: an empty folder, or one a check wrote before (it marks it so); any other is refused.
+#
 # PYTHON (python3), BUDGET_S (540: a step that would not fit is skipped, and says so), STEP_S (each
 # step's limit). PyTorch's test module imports expecttest: where python has none, a wheel of it in
 # .whl/ (expecttest-*.whl) is put on PYTHONPATH.
@@ -23,7 +25,7 @@ budget=${BUDGET_S:-540}
 . "$(dirname "$0")/_check_steps.sh" || exit 128  # OUT and the options, the work folder, steps.txt, step, machine.txt
 bundle=$PWD
 # an earlier run's files in OUT would be read as this run's
-rm -f "$out"/bench_on.* "$out"/bench_off.* "$out"/block.log "$out"/summary.txt "$out"/patch.log
+rm -f "$out"/{bench_on,bench_off}.{json,log} "$out"/block.log "$out"/summary.txt "$out"/patch.log
 
 # The copy: site/ holds every entry of torch's site-packages as a symlink (CUDA's libraries are
 # found beside torch), torch/ itself as hard links, or symlinks where that fails, with the files
