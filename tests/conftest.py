@@ -21,6 +21,13 @@ from sac_repro.exits import HANDLED_SIGNALS  # noqa: E402
 # Recorded files, not tests: PyTorch's import header there is named like a test module, and
 # collecting it would import torch into every run, the torch-free unit subset included
 collect_ignore = ["data"]
+# pytest started as a background job by a shell without job control (`cmd &` in a script, nohup)
+# inherits SIGINT and SIGQUIT ignored, and so would every process a test starts; the bundle keeps
+# an inherited ignore on purpose, so the signal tests would send signals that nothing hears. The
+# tests start from what an interactive shell gives.
+for _sig, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGQUIT, signal.SIG_DFL)):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, _handler)
 
 
 
