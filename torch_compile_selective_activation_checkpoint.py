@@ -1,11 +1,11 @@
 """pytorch/pytorch#161889: a torch.compile'd f inside selective activation checkpointing (SAC) runs eagerly on torch 2.5
 to 2.9; fixed in 2.10.0. The report's code (edits marked), then what ran: exit 0 compiled, 1 reproduced, 125 unknown."""
-import builtins, contextlib, inspect, io, logging, os, re, sys, traceback, types  # [added] the answer first, errors too
+import atexit, builtins, contextlib, inspect, io, logging, os, re, sys, traceback, types  # [added] what ran, errors
 (log := logging.getLogger("torch._dynamo.convert_frame")).addHandler(logging.StreamHandler(dynamo_log := io.StringIO()))
 log.propagate = log.setLevel(logging.DEBUG) or bool(os.environ.get("TORCH_LOGS"))  # Dynamo's skip reasons: debug
 def tell(line, code):  # the answer's one line: a closed or full stdout loses the line, never the exit code
     with contextlib.suppress(AttributeError, OSError, ValueError):
-        print("f_compiled under SAC: " + line, flush=True)
+        print("f_compiled under SAC: " + line, flush=atexit.unregister(answer_error) or True)  # answered: exit as is
     return code
 def answer(error=None):  # prints one line; returns 0 (not reproduced), 1 (reproduced) or 125
     on = "torch %s, git %.8s" % (getattr(torch, "__version__", "?"), getattr(getattr(torch, "version", None),
@@ -38,19 +38,19 @@ def answer(error=None):  # prints one line; returns 0 (not reproduced), 1 (repro
     return tell("ran %s%s (pytorch/pytorch#161889 %s; %s)%s" % ("compiled code" if compiled else
         "eagerly: aten::mul, aten::add" if eager else "no compiled code", ", then raised" * raised,
         "does not reproduce" if compiled else "reproduces", on, "".join(said)), 0 if compiled else 1)
-def answer_error(kind, error, tb, shell=None):  # never Python's exit 1 for an error: 1 reads as "reproduces"
+def answer_error(kind, error, tb=None, shell=None):  # never Python's exit 1 for an error: 1 reads as "reproduces"
     try:
         (shell.showtraceback if shell else lambda exc: sys.__excepthook__(*exc))((kind, error, tb))  # (IPython's)
-        code = answer(error) if issubclass(kind, Exception) else 130 if issubclass(kind, KeyboardInterrupt) else 125
+        code = 130 if issubclass(kind, KeyboardInterrupt) else answer(error)  # answer(): 125 for all but Dynamo's
     except BaseException as e:  # no answer could be formed (a torch that breaks as it is read): cannot tell
         code = 130 if isinstance(e, KeyboardInterrupt) or issubclass(kind, KeyboardInterrupt) else 125
     shell.set_custom_exc((), None) if shell else os._exit(code)  # a notebook's kernel goes on (to other cells' errors)
 if cell := __name__ == "__main__" and hasattr(builtins, "get_ipython"):  # pasted into a notebook's (IPython's) cell:
     get_ipython().set_custom_exc((BaseException,), lambda ip, *e, **_: answer_error(*e, ip))  # its error, then answered
 elif __name__ == "__main__" and ("__file__" in globals() or sys.argv[0] == "-c"):  # a program, not a REPL's paste
-    sys.excepthook = answer_error
     if sys.argv[1:]:  # a usage error: 128 aborts a bisect
         sys.exit(print("takes no options; in the bundle's folder: python3 -m sac_repro --help", file=sys.stderr) or 128)
+    sys.excepthook = atexit.register(answer_error, SystemExit, SystemExit("exiting unanswered"))  # SystemExit: no hook
 # ==== the report's code (pytorch/pytorch#161889) ====
 import functools
 

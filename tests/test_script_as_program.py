@@ -176,6 +176,24 @@ def test_run_as_a_program_it_takes_the_excepthook_and_refuses_options(tmp_path, 
         assert ("takes no options" in proc.stderr) == (rc == 128), proc.stderr
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("exit_with", ["0", "1", "'a torch saying bye'", "None"])
+def test_a_torch_that_exits_as_it_imports_is_no_answer(tmp_path, exit_with):
+    """SystemExit never reaches an excepthook: a torch that raised it as it imported (or anywhere
+    in the report's code) ended the script with its own code, 0 or 1 read as a verdict, no line."""
+    (tmp_path / "repro.py").write_text(script_text())
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise SystemExit(%s)\n" % exit_with)
+    proc = subprocess.run([sys.executable, "-S", "repro.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 125, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout == ANSWER + "cannot tell (SystemExit: exiting unanswered; torch did not import)\n", proc.stdout
+    # a usage error keeps its 128, and an answer its own code
+    proc = subprocess.run([sys.executable, "-S", "repro.py", "--x"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 128 and proc.stdout == "", (proc.stdout, proc.stderr)
+
+
 # ----------------------------------------------------------------------- its answer, in this process
 COMPILED = {"Torch-Compiled Region: 0/0", "CompiledFunction", "aten::mm"}
 EAGER = {"aten::mul", "aten::add", "aten::mm"}

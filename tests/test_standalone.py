@@ -114,7 +114,7 @@ def test_it_imports_nothing_of_the_bundle():
     tree = ast.parse(script_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"builtins", "contextlib", "functools", "inspect", "io", "logging", "os", "re", "sys", "traceback", "types",
+    assert imported <= {"atexit", "builtins", "contextlib", "functools", "inspect", "io", "logging", "os", "re", "sys", "traceback", "types",
                         "torch"}, imported
     assert "sys.path" not in script_text()
 
