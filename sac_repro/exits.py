@@ -283,6 +283,8 @@ def raised_by_this_bundle(e):
     for frame in traceback.extract_tb(e.__traceback__):
         if any(os.path.abspath(frame.filename).startswith(p) for p in packages):
             return False
+    if isinstance(e, ImportError) and (e.name or "").split(".")[0] in ("torch", "triton"):
+        return False  # a module that torch or triton lacks: a broken build, whoever imported it
     return isinstance(e, OUR_BUG_TYPES)
 
 

@@ -344,10 +344,42 @@ def test_a_torch_that_imports_but_is_not_whole_cannot_be_tested(stand_in_torch):
     proc = run_judged("--device", "cpu", env=dict(stand_in_torch, STAND_IN_TORCH="bare"))
     assert proc.returncode == 125, proc.stdout + proc.stderr
     assert "internal error" not in proc.stdout + proc.stderr
-    assert "torch imported, but lacks torch.__version__, torch.compile, torch.cuda, torch.profiler" \
-        in proc.stdout, proc.stdout
+    assert "torch imported, but lacks torch.__version__, torch.version, torch.compile, torch.cuda, torch.profiler, " \
+        "torch.utils" in proc.stdout, proc.stdout
     # nothing was judged: the text names no evidence (it said 'evidence: torch.profiler, ?')
     assert proc.stdout.splitlines()[0] == "evidence: none, no call was judged", proc.stdout
+    proc = run_judged("--device", "cpu", "--json", "-", env=dict(stand_in_torch, STAND_IN_TORCH="bare"))
+    assert json.loads(proc.stdout)["source"] == "none, no call was judged", proc.stdout  # as the text says
+
+
+WHOLE_BUT = """import types
+__version__, version, compile = "2.13.0", types.SimpleNamespace(git_version="0" * 40, cuda=None), lambda f, **k: f
+profiler = utils = types.SimpleNamespace()
+class cuda:
+    @staticmethod
+    def is_available():
+        raise RuntimeError("CUDA driver broken (a stand-in)")
+%s
+"""
+
+
+@pytest.mark.parametrize("shape, device, said", [
+    ("", "auto", "RuntimeError: CUDA driver broken (a stand-in)"),  # is_available() raises
+    ("del utils\ndef __getattr__(name):\n    raise RuntimeError('a torch that raises on ' + name)", "cpu",
+     "RuntimeError: a torch that raises on utils"),  # hasattr() lets all but AttributeError through
+    ("del version", "cpu", "lacks torch.version"),
+    ("__version__ = 213", "cpu", "lacks torch.__version__"),  # not a version string
+    ("", "cpu", "No module named 'torch.utils'"),  # no torch/utils/checkpoint.py to import
+])
+def test_a_torch_that_breaks_as_it_is_read_cannot_be_tested(tmp_path, shape, device, said):
+    """Attack of 11aac2f: a torch whose CUDA check raises (a broken driver, a busy GPU), that lacks
+    torch.version or a module of its own was said to be a bug of this bundle (128): it is a build
+    that cannot be tested."""
+    (tmp_path / "site" / "torch").mkdir(parents=True)
+    (tmp_path / "site" / "torch" / "__init__.py").write_text(WHOLE_BUT % shape)
+    proc = run_judged("--device", device, env={"PYTHONPATH": str(tmp_path / "site")})
+    assert proc.returncode == 125, proc.stdout + proc.stderr
+    assert "internal error" not in proc.stdout + proc.stderr and said in proc.stdout, proc.stdout
 
 
 # ------------------------------------------------------------------------------- provenance

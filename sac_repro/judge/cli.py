@@ -314,7 +314,7 @@ def loops_only_exit(raw, env_file, argv):
 
 
 # What every torch release the bundle tests has, and its code uses before any torch op runs
-TORCH_HAS = ("__version__", "compile", "cuda", "profiler")
+TORCH_HAS = ("__version__", "version", "compile", "cuda", "profiler", "utils")
 
 
 def child(script_path, args):
@@ -331,7 +331,12 @@ def child(script_path, args):
         return write_child_result(args.child_out, {
             "status": "cannot_test", "reason": "torch failed to import: %s" % one_line(e)[:300],
             "said": said.finish()})
-    lacks = ["torch." + name for name in TORCH_HAS if not hasattr(sys.modules["torch"], name)]
+    try:
+        torch = sys.modules["torch"]
+        lacks = ["torch." + name for name in TORCH_HAS if not hasattr(torch, name)]
+        lacks += [] if isinstance(getattr(torch, "__version__", ""), str) else ["torch.__version__ as a string"]
+    except Exception as e:  # a torch that raises as it is read (a module __getattr__)
+        lacks = ["what it raised as it was read (%s)" % one_line(e)[:300]]
     if lacks:  # a stand-in or a broken install: the bundle's code would fail on it, not torch's
         return write_child_result(args.child_out, {
             "status": "cannot_test", "said": said.finish(), "reason": "torch imported, but lacks %s, "

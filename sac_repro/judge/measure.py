@@ -442,9 +442,10 @@ def child_main(path, out_path, device_arg, loops_only, policy_report, timeline, 
     first, so that an error later still reports which torch it was. `said`: what the process has
     printed and warned (said.py), installed before torch was imported, or from here on."""
     said = said or Said().install()
-    device = "cuda" if device_arg != "cpu" and torch.cuda.is_available() else "cpu"
-    result = {"status": None, "env": describe_environment(device)}
-    try:
+    result = {"status": None, "env": {"torch": torch.__version__, "device": device_arg}}
+    try:  # a torch may raise as early as its CUDA check (a broken driver, a busy GPU)
+        device = "cuda" if device_arg != "cpu" and torch.cuda.is_available() else "cpu"
+        result["env"] = describe_environment(device)
         if device_arg == "cuda" and device != "cuda":
             result["env"]["device"] = "cuda (not available)"
             result.update(status="cannot_test", reason="--device cuda was asked for, but this torch "

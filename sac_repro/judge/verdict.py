@@ -285,7 +285,9 @@ def settle(report, verdict, reason, terms):
 def report_from_child(raw, terms, strict_policy):
     """The verdict of a torch.profiler run (the child's JSON, see measure.py)."""
     env = raw.get("env") or {}
-    report = new_report("torch.profiler, %s" % env.get("device", "?"), env)
+    # a child that judged no call has no evidence, though it was to be torch.profiler's
+    source = "torch.profiler, %s" % env.get("device", "?") if raw["status"] == "ok" else "none, no call was judged"
+    report = new_report(source, env)
     for key in ("loops_error", "traceback"):
         if raw.get(key):
             report["errors"][key] = raw[key]
