@@ -5,6 +5,8 @@ naming compile(sac(f)); without it nothing changes. The fast tier measures the f
 environment's torch 2.13; the release tier its warn mode there too, and both on PyPI's 2.10.0,
 2.11.0 (the H200's) and 2.15.0. Also the upstream block under
 the candidate, and compile(sac(f)) under two policies of the same code in one process."""
+import ast
+import importlib.util
 import json
 import math
 import os
@@ -12,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -475,6 +478,22 @@ def test_a_module_that_bound_checkpoint_before_the_candidate_loaded_is_pointed_a
     label, routed = proc.stdout.strip().splitlines()[-2:]
     assert label.endswith("loaded in-process (mode: fix)"), label
     assert routed == "True True True", routed
+
+
+def test_what_the_candidate_adds_on_2_10_is_torchs_own_innermost_backend():
+    """On 2.10 the candidate adds eval_frame.innermost_backend 'as 2.11 defines it': its code is
+    that of the torch here (2.13), docstring and type hints aside."""
+    import inspect
+    import torch._dynamo.eval_frame as eval_frame
+
+    def body(fn):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+        return [ast.dump(node) for node in tree.body if not (isinstance(node, ast.Expr) and
+                                                              isinstance(node.value, ast.Constant))]
+    spec = importlib.util.spec_from_file_location("candidate_site", os.path.join(CANDIDATE, "sitecustomize.py"))
+    site = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(site)
+    assert body(site.innermost_backend) == body(eval_frame.innermost_backend)
 
 
 def test_sitecustomize_copied_alone_says_so_in_one_line_and_changes_nothing(tmp_path):

@@ -106,10 +106,12 @@ def checkpoint_of(original):
 
 
 def innermost_backend(fn):
-    """torch._dynamo.eval_frame.innermost_backend as 2.11 defines it, for 2.10, which lacks it
+    """torch._dynamo.eval_frame.innermost_backend as 2.11 to 2.13 define it, for 2.10, which lacks it
     (the series' module finds the backend of a compiled function's context with it)."""
     while hasattr(fn, "_torchdynamo_orig_backend"):
         fn = fn._torchdynamo_orig_backend
+        if not callable(fn):
+            raise AssertionError(f"A callable function is expected, but {type(fn)} is provided.")
     return fn
 
 
