@@ -750,7 +750,9 @@ def run_tests(copy, tests, k):
     """Runs the selection on the copy: "pass", "fail", "hang" or, for a selection that is wrong in
     the table (no such file, nothing selected), "error: ..."."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", WORKERS]
-    cmd += [t if t.startswith("-") else os.path.join(copy, t) for t in tests] + (["-k", k] if k else [])
+    # a test file or node id is the copy's; any other word is pytest's (an option, or its value)
+    cmd += [os.path.join(copy, t) if os.path.exists(os.path.join(copy, t.split("::")[0])) else t for t in tests]
+    cmd += ["-k", k] if k else []
     proc = subprocess.Popen(cmd, cwd=copy, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
@@ -812,9 +814,9 @@ def run_table(path, mutants, out=sys.stdout):
     return killed, equivalent, survived
 
 
-def baseline(paths):
-    """Each selection the tables name, on an unchanged copy: True when all of them pass."""
-    selections = sorted({(m.tests, m.k) for p in paths for m in TABLES[p]}, key=str)
+def baseline(mutants):
+    """Each selection the mutants will run, on an unchanged copy: True when all of them pass."""
+    selections = sorted({(m.tests, m.k) for m in mutants}, key=str)
     ok = True
     with tempfile.TemporaryDirectory(prefix="mutant_baseline_") as tmp:
         copy = os.path.join(tmp, "bundle")
@@ -858,13 +860,13 @@ def main(argv=None):
                 print("%s: %s -> %s%s%s" % (path, m.what, " ".join(m.tests), " -k %r" % m.k if m.k else "",
                                             " [equivalent]" if m.equivalent else ""))
         return 0
-    if args.baseline and not baseline(paths):
+    chosen = {path: [m._replace(tests=tuple(args.against.split()), k=None) if args.against else m
+                     for m in TABLES[path] if not args.only or args.only in m.what] for path in paths}
+    if args.baseline and not baseline([m for mutants in chosen.values() for m in mutants]):
         print("a selection fails on the unchanged bundle: its kills would mean nothing")
         return 2
     failed = False
-    for path in paths:
-        mutants = [m._replace(tests=tuple(args.against.split()), k=None) if args.against else m
-                   for m in TABLES[path] if not args.only or args.only in m.what]
+    for path, mutants in chosen.items():
         _, _, survived = run_table(path, mutants)
         failed = failed or survived > 0
     return 1 if failed else 0

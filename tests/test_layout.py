@@ -4,6 +4,7 @@ a symlink."""
 import ast
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -291,3 +292,27 @@ def test_every_mutant_names_text_its_file_holds_once():
         text = open(os.path.join(ROOT, path)).read()
         drifted += ["%s: %s (%d times)" % (path, m.what, text.count(m.old)) for m in table if text.count(m.old) != 1]
     assert drifted == []
+
+
+@pytest.mark.unit
+def test_the_mutants_baseline_runs_what_the_mutants_run(monkeypatch, tmp_path):
+    """mutate.py: --baseline checked the tables' selections while --only and --against chose
+    others, and a pytest option's own value (-m release) was made a path into the copy."""
+    import mutate
+    ran = []
+    monkeypatch.setattr(mutate, "copy_bundle", lambda copy: shutil.copytree(os.path.join(ROOT, "tests"),
+                                                                          os.path.join(copy, "tests")))
+    monkeypatch.setattr(mutate.subprocess, "Popen", lambda cmd, **kw: ran.append(cmd) or FakePytest())
+    monkeypatch.setattr(mutate, "run_table", lambda path, mutants: (len(mutants), 0, 0))
+    assert mutate.main(["--baseline", "--only", "capture run's torch", "--against",
+                        "-m release tests/test_nsys.py::test_x", "run_nsys.sh"]) == 0
+    [cmd] = ran
+    tail = cmd[cmd.index("-n") + 2:]
+    assert tail[:2] == ["-m", "release"] and tail[2].endswith(os.sep + "tests" + os.sep + "test_nsys.py::test_x"), tail
+
+
+class FakePytest:
+    pid, returncode = 0, 0
+
+    def communicate(self, timeout=None):
+        return "", None
