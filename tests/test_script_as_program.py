@@ -65,6 +65,7 @@ def cells(*texts, python=(sys.executable,), timeout=600, cwd=None):
     return proc.stdout.split("--- a cell\n")[1:], proc.stderr
 
 
+@pytest.mark.release  # real torch, 10 s; the fast tier's cell test runs the same machinery on a stand-in
 def test_pasted_into_a_notebook_cell_with_the_fix_reverted_it_answers_after_the_error(tmp_path):
     """With the revert loaded in a cell before: the report's loop raises Dynamo's refusal (fullgraph,
     2.12+) and ends the cell; IPython shows it, and the answer follows, reproduced (it printed none).
