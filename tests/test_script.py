@@ -201,6 +201,7 @@ def test_some_eager_calls_under_sac_reproduce_in_the_profile(tmp_path):
     assert re.search(r"VERDICT: reproduced \(exit 1\): [12] of 3 calls under SAC ran eagerly", stdout), stdout
 
 
+@pytest.mark.release  # a whole run, 9 s; the fast tier judges such a control in test_judge's unit tests
 def test_a_control_that_compiled_in_only_some_calls_cannot_test(tmp_path):
     env = write_sitecustomize(tmp_path, SOME_CALLS_EAGER.format(under_sac=False))
     rc, stdout, _ = run(sys.executable, "--device", "cpu", env=env)

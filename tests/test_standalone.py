@@ -198,6 +198,7 @@ c.checkpoint = checkpoint
 """
 
 
+@pytest.mark.release  # real torch, 7 s; the fast tier answers a crash on a stand-in (test_script_as_program)
 def test_alone_a_crash_under_sac_is_cannot_tell(tmp_path):
     (tmp_path / "crash").mkdir()
     (tmp_path / "crash" / "sitecustomize.py").write_text(CRASH_UNDER_SAC)
