@@ -118,6 +118,7 @@ RUN_NSYS = [mutant(what, old, new, *(tests or ["tests/test_nsys.py"])) for what,
 
 # ----------------------------------------------------------------------------- sac_repro/judge/measure.py
 SCRIPT_TESTS = "tests/test_script.py"
+RELEASE_SCRIPT_TESTS = "--release tests/test_script.py"  # its whole runs of the child, moved out of the fast tier
 MEASURE = [
     mutant("a profiled call profiles nothing",
            "entry[\"calls\"].append(profile_call(step, device, timeline, skips.from_error))",
@@ -142,7 +143,7 @@ MEASURE = [
            SCRIPT_TESTS, k="test_the_ablation_keeps_each_backends_compiled_f_to_its_end"),
     mutant("an error in the control or the case is kept as a side scenario's",
            "            if name in (CONTROL, CASE):\n                raise\n", "",
-           SCRIPT_TESTS, k="test_a_bug_in_the_measured_part_aborts"),
+           RELEASE_SCRIPT_TESTS, k="test_a_bug_in_the_measured_part_aborts"),
     mutant("a side scenario's error hides the verdict",
            "            scenarios[name] = {\"calls\": [], \"error\": one_line(e)}",
            "            raise",
@@ -153,7 +154,7 @@ MEASURE = [
            SCRIPT_TESTS, k="test_a_bug_in_the_measured_part_aborts or test_a_torch_error"),
     mutant("a child that failed writes no result",
            "        json.dump(result, fh)", "        json.dump(result, fh) if result[\"status\"] == \"ok\" else None",
-           SCRIPT_TESTS, k="test_a_bug_in_the_measured_part_aborts"),
+           RELEASE_SCRIPT_TESTS, k="test_a_bug_in_the_measured_part_aborts"),
     mutant("the child's exit code says reproduced",
            "        json.dump(result, fh)\n    return EXIT_OK", "        json.dump(result, fh)\n    return 1",
            SCRIPT_TESTS, k="test_fixed_torch_runs_compiled_code_under_sac",
@@ -167,7 +168,7 @@ MEASURE = [
     mutant("a loop that fullgraph refused is not recorded: --loops-only passes an incomplete capture",
            "        result[\"loops_error\"] = first_sentence(e)\n",
            "\n",
-           SCRIPT_TESTS, k="test_loops_only_does_not_pass_when_a_loop_raised"),
+           RELEASE_SCRIPT_TESTS, k="test_loops_only_does_not_pass_when_a_loop_raised"),
     mutant("a backward that raises in the policy check reads as a torch crash",
            "            entry[\"backward_error\"] = one_line(e)", "            raise",
            SCRIPT_TESTS, k="test_a_backward_that_raises_leaves_the_verdict_and_no_policy"),
