@@ -569,6 +569,37 @@ def test_a_check_given_a_wrong_option_says_so_in_one_line_naming_itself_and_exit
 
 
 @pytest.mark.parametrize("script", CHECKS)
+@pytest.mark.parametrize("python, rc, said", [
+    ("missing", 128, "PYTHON={python} does not run: set PYTHON to the Python whose torch to check"),
+    ("no torch", 128, "PYTHON={python} has no torch: set PYTHON to the Python whose torch to check"),
+    ("torch raises", 125, "PYTHON={python}: its torch raises as it imports (RuntimeError: a broken build): "
+                          "that build cannot be checked"),
+    ("torch exits", 125, "PYTHON={python}: its torch ends the process as it imports (exit 7): that build cannot be "
+                         "checked"),
+], ids=["missing", "no torch", "torch raises", "torch exits"])
+def test_a_check_given_a_python_without_a_working_torch_says_so_in_one_line(tmp_path, script, python, rc, said):
+    """PYTHON is the one option a check cannot read by its text: a Python without torch is a wrong
+    option (128), one whose torch raises as it imports is a build that cannot be checked (125). Both
+    had ended in a traceback, or in a step's log alone, and OUT stays as it was."""
+    out = tmp_path / "out"
+    out.mkdir()
+    path = tmp_path / "python"
+    if python != "missing":
+        torch_dir = tmp_path / "site" / "torch"
+        if python != "no torch":  # each prints as it imports, as some builds do
+            torch_dir.mkdir(parents=True)
+            (torch_dir / "__init__.py").write_text("print('imported', flush=True)\n" + (
+                "raise RuntimeError('a broken build\\nsecond line')\n" if python == "torch raises" else
+                "import os\nos._exit(7)\n"))
+        path.write_text('#!/bin/sh\nPYTHONPATH=%s exec %s -S "$@"\n' % (tmp_path / "site", sys.executable))
+        path.chmod(0o755)
+    proc = run_check(script, tmp_path, OUT=str(out), PYTHON=str(path), DEVICE="cpu", BUDGET_S="0")
+    assert (proc.returncode, proc.stderr.splitlines(), proc.stdout) == (
+        rc, ["%s: %s" % (script, said.format(python=path))], ""), proc.stderr
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("script", CHECKS)
 def test_a_check_writes_only_into_an_empty_folder_or_one_it_wrote_before(tmp_path, script):
     """OUT is the user's: files there of names like the check's (bench_fix.md, steps.txt) were
     removed or emptied by a check's clean-up. An OUT that holds what no check made is refused,
@@ -693,8 +724,9 @@ def test_the_series_check_exits_0_when_every_step_ran_and_the_numbers_are_not_th
 @pytest.mark.release  # the bench three times and the upstream block, on the CPU: a few minutes
 def test_the_gpu_check_as_a_dry_run_on_the_cpu(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
+    # CI=true as GitHub Actions and most CI set it: PyTorch's run_tests reads it as PyTorch's own CI
     env.update(DEVICE="cpu", BENCH_ARGS="--small", STEP_S="400", BUDGET_S="1800", PYTHON=sys.executable,
-               CUDA_VISIBLE_DEVICES="")
+               CUDA_VISIBLE_DEVICES="", CI="true")
     proc = subprocess.run(["bash", H200_CHECK, str(tmp_path)], capture_output=True, text=True, env=env, timeout=1900)
     steps = (tmp_path / "steps.txt").read_text()
     for name in ("bench_fix", "bench_plain", "bench_warn"):
@@ -703,6 +735,8 @@ def test_the_gpu_check_as_a_dry_run_on_the_cpu(tmp_path):
     assert "under the candidate, sac(compile(block)) / compile(sac(block))" in summary, summary
     assert "warn mode: backward matmuls and peak memory as without the candidate: yes" in summary, summary
     assert "None" not in summary and re.search(r"backward matmuls, peak - -> - GiB$", summary, re.M), summary
+    # its exit is 1 whether the op-policy test succeeded unexpectedly or the module never ran
+    assert "upstream under the candidate: as expected on cpu: the op-policy test an unexpected success" in summary, summary
 
 
 @pytest.mark.release  # the series applied to a copy of torch, the bench twice and the block, on the CPU: minutes
@@ -723,8 +757,9 @@ def test_the_series_check_as_a_dry_run_on_the_cpu(tmp_path):
 
     before = installed()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
+    # CI=true as GitHub Actions and most CI set it: PyTorch's run_tests reads it as PyTorch's own CI
     env.update(DEVICE="cpu", BENCH_ARGS="--small", STEP_S="400", BUDGET_S="1800", PYTHON=sys.executable,
-               CUDA_VISIBLE_DEVICES="")
+               CUDA_VISIBLE_DEVICES="", CI="true")
     proc = subprocess.run(["bash", SERIES_CHECK, str(tmp_path)], capture_output=True, text=True, env=env, timeout=1900)
     steps = (tmp_path / "steps.txt").read_text()
     summary = (tmp_path / "summary.txt").read_text()

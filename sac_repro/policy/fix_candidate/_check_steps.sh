@@ -3,7 +3,8 @@
 #   budget              ${BUDGET_S:-the script's own default}
 #   step_shows_command  where set, steps.txt gives each step's command after its outcome
 # It reads the options (OUT or the first argument, PYTHON, DEVICE, BENCH_ARGS, STEP_S; a wrong
-# one, BUDGET_S's too, exits 128 with one line; so does an OUT that holds what no check wrote),
+# one, BUDGET_S's too, exits 128 with one line; so do an OUT that holds what no check wrote and a
+# PYTHON without torch; a PYTHON whose torch fails as it imports exits 125 with one line),
 # goes to the bundle's folder, marks OUT as a check's (.sac-repro-check), makes the work
 # folder in OUT (removed on exit), empties OUT/steps.txt and writes OUT/machine.txt. It sets out,
 # python, device, bench_args, step_s, start, work, steps and failed=0, and defines step, last so
@@ -30,6 +31,8 @@ if [ ! -e "$out/.sac-repro-check" ] && [ -n "$(ls -A "$out")" ]; then
     echo "$me: '$out' holds files that no check wrote: give an empty folder, or one a check wrote before" >&2
     exit 128
 fi
+# where PYTHON is refused below, OUT is left as it was
+if [ -e "$out/.sac-repro-check" ]; then unmark() { :; }; else unmark() { rm -f "$out/.sac-repro-check"; }; fi
 : > "$out/.sac-repro-check"
 start=$(date +%s)
 # Inductor's and Triton's caches too: nothing outside OUT, and nothing of them comes back
@@ -39,6 +42,31 @@ export TORCHINDUCTOR_CACHE_DIR=$work/inductor TRITON_CACHE_DIR=$work/triton
 # each step names its own PYTHONPATH and mode: a caller's could bring the candidate, or another
 # torch, into a step meant to have neither
 unset SAC_FIX_CANDIDATE PYTHONPATH
+# PyTorch's run_tests reads any non-empty CI (GitHub Actions and most CI set CI=true) as PyTorch's
+# own CI, and then reports through xmlrunner, which is not installed here: its test module would
+# exit 1 before a test ran, the very code the upstream block's expected unexpected success gives
+export CI=
+# PYTHON's torch: none is a wrong option; one that raises, crashes or exits as it imports is a
+# build that cannot be checked
+if ! "$python" -c pass 2>/dev/null; then
+    echo "$me: PYTHON=$python does not run: set PYTHON to the Python whose torch to check" >&2
+    unmark
+    exit 128
+fi
+# one line: the test's stand-in Pythons log each call's arguments a line each
+torch_said=$("$python" -c "import importlib.util as u, sys; sys.exit(print('no torch')) if u.find_spec('torch') is None \
+else None; sys.excepthook = lambda t, e, tb: print('raised: %s: %s' % (t.__name__, (str(e).splitlines() or [''])[0])); \
+import torch; print('imported')" 2>/dev/null)
+torch_rc=$?
+torch_said=${torch_said##*$'\n'}  # what torch itself printed as it imported comes before
+case "$torch_rc:$torch_said" in
+    0:imported) ;;
+    '0:no torch') echo "$me: PYTHON=$python has no torch: set PYTHON to the Python whose torch to check" >&2; unmark; exit 128 ;;
+    *) echo "$me: PYTHON=$python: its torch $(case "$torch_said" in "raised: "*) echo "raises as it imports (${torch_said#raised: })" ;;
+           *) echo "ends the process as it imports (exit $torch_rc)" ;; esac): that build cannot be checked" >&2
+       unmark
+       exit 125 ;;
+esac
 steps=$out/steps.txt
 : > "$steps"
 failed=0
@@ -46,7 +74,11 @@ failed=0
 {
     date -u +"date: %Y-%m-%d %H:%M UTC"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -4
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -4
+    else
+        echo "no nvidia-smi"
+    fi
     nproc
     "$python" -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.git_version, torch.version.cuda, torch.cuda.is_available())" 2>&1 | tail -1
 } > "$out/machine.txt"

@@ -17,7 +17,8 @@
 # sets every step's own limit (170 s for a bench, 150 s for the upstream test on an H200).
 #
 # Exit codes: 0 every step ran and exited as expected (the summary says whether the numbers are
-# the ones hoped for), 125 a step could not run here or failed, 128 usage error.
+# the ones hoped for), 125 a step could not run here or failed, or PYTHON's torch fails as it
+# imports, 128 usage error (PYTHON without torch too).
 set -u
 me=h200_check.sh
 budget=${BUDGET_S:-570}

@@ -18,7 +18,8 @@
 # step's limit). PyTorch's test module imports expecttest: where python has none, a wheel of it in
 # .whl/ (expecttest-*.whl) is put on PYTHONPATH.
 # Exit codes: 0 every step ran as expected (the summary says whether the numbers are the ones hoped
-# for), 125 a step could not run here or failed, 128 usage error.
+# for), 125 a step could not run here or failed, or PYTHON's torch fails as it imports, 128 usage
+# error (PYTHON without torch too).
 set -u
 me=series_check.sh
 budget=${BUDGET_S:-540}
