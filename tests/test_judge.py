@@ -4,11 +4,12 @@ H200 runs), then on that evidence changed one call at a time: the one classifier
 on its own, every boundary of the verdict and of the policy check."""
 import copy
 import json
+import sys
 
 import pytest
 
-from conftest import data, recorded
-from sac_repro.judge import render, verdict
+from conftest import data, recorded, SCRIPT
+from sac_repro.judge import command, render, verdict
 
 pytestmark = pytest.mark.unit  # no torch: the inner loop, `pytest -m unit tests`
 
@@ -176,6 +177,22 @@ def test_the_text_shows_each_scenario_and_the_verdict():
     assert "dynamo (the report's loops): skipping: f (reason: non-infra torch dispatch mode present, this is not " \
            "supported today in torch.compile)" in lines
     assert not any(l.startswith("hint: ") for l in lines)
+
+
+def test_the_hint_runs_the_script_as_the_command_runs_the_bundle():
+    """Where the child caught no Dynamo line, the hint names the script as the Command names the
+    bundle: the interpreter that ran, the script's path from any folder, and the PYTHONPATH of each
+    in-process change. It said `python3 torch_compile_selective_activation_checkpoint.py`: from
+    another folder "can't open file", and, without the revert, a fixed torch's 0."""
+    raw = copy.deepcopy(AFFECTED)
+    raw["dynamo_skips"] = []
+    report = judged(raw)
+    report["rerun_env"] = {"TORCH_LOGS": "+dynamo"}
+    report["torch_changes"] = [{"label": "the 2.10 fix undone", "pythonpath": "/opt/revert fix"}]
+    hints = [line for line in render.render_text(report).splitlines() if line.startswith("hint: ")]
+    assert hints == ["hint: Dynamo's own reason for the skip: run the script itself (PYTHONPATH='/opt/revert fix' "
+                     "TORCH_LOGS=+dynamo %s %s); its report quotes Dynamo's 'skipping: f (reason: ...)'." % (
+                         command.shell_path(sys.executable), command.shell_path(SCRIPT))], hints
 
 
 def test_the_h200_runs_count_matmul_kernels_and_see_the_eager_kernels():

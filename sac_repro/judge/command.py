@@ -19,6 +19,7 @@ def shown_path(path):
     return home_path(path) if rel == ".." or rel.startswith(".." + os.sep) else rel
 
 
+SCRIPT_NAME = "torch_compile_selective_activation_checkpoint.py"
 # run_nsys.sh's report name when no -o is given
 DEFAULT_CAPTURE = "torch_compile_selective_activation_checkpoint"
 
@@ -92,13 +93,10 @@ def assignment(name, value):
 PATH_OPTIONS = ("--json", "--plot", "--trace", "--from-nsys", "--from-ncu", "--bench-json")
 
 
-def rerun_command(report, script_path, argv, capture_options=None, python=None):
-    """The command that reruns what ran, from any folder: the interpreter that ran (python, else this
-    one) on the bundle's path, the files it was given by their absolute paths, with the variables of
-    its environment that change what runs, and the PYTHONPATH that loaded each in-process change of
-    torch, or a reader who reruns it tests another torch. The home folder is written as ~. A capture
-    that run_nsys.sh made and handed over (capture_options: its capture run's options) reruns as
-    run_nsys.sh, the judge's own options after its capture run's."""
+def rerun_prefix(report):
+    """The words before a rerun's interpreter: the variables of the run's environment that change
+    what runs, and the PYTHONPATH that loaded each in-process change of torch, or a reader who
+    reruns it tests another torch."""
     env = dict(report.get("rerun_env") or {})
     kept = "PYTHONPATH" in env and env["PYTHONPATH"] is None  # withheld: the shell's own, after the changes'
     paths = [p for p in (env.pop("PYTHONPATH", None) or "").split(os.pathsep) if p]
@@ -111,7 +109,22 @@ def rerun_command(report, script_path, argv, capture_options=None, python=None):
     words = ([shell_value(os.pathsep.join(os.path.abspath(p) for p in paths))] if paths else []) + \
         (['"$PYTHONPATH"'] if kept else [])
     prefix = ["PYTHONPATH=" + os.pathsep.join(words)] if words else []
-    prefix += [assignment(k, v) for k, v in sorted(env.items())]
+    return prefix + [assignment(k, v) for k, v in sorted(env.items())]
+
+
+def script_command(report):
+    """The standalone script run as rerun_command runs the bundle (verdict's DYNAMO_HINT names it)."""
+    return " ".join(rerun_prefix(report) + [shell_path(sys.executable),
+                                            shell_path(os.path.join(BUNDLE, SCRIPT_NAME))])
+
+
+def rerun_command(report, script_path, argv, capture_options=None, python=None):
+    """The command that reruns what ran, from any folder: the interpreter that ran (python, else this
+    one) on the bundle's path, the files it was given by their absolute paths, after rerun_prefix.
+    The home folder is written as ~. A capture that run_nsys.sh made and handed over
+    (capture_options: its capture run's options) reruns as run_nsys.sh, the judge's own options
+    after its capture run's."""
+    prefix = rerun_prefix(report)
     python = python or sys.executable
     shown, report_file, given = [], None, iter(argv)
     for a in given:

@@ -9,7 +9,7 @@ import re
 from .changes import REVERTED
 # the Command that reruns a run, and how a paste names paths and variables (command.py)
 from .command import (BUNDLE, command_line, DEFAULT_CAPTURE, rerun_command, rerun_env, RERUN_VARIABLES,  # noqa: F401
-                      shell_path, shell_value, shown_path)
+                      script_command, shell_path, shell_value, shown_path)
 # how every report says a fact (phrases.py)
 from .phrases import (ABLATION_HEADER, ablation_rows, asked_ops, changes_said, dynamo_lines,  # noqa: F401
                       environment_line, extern_mm_met, home_hidden, ISSUE_175229, markdown_table, NAMED_REGIONS_MEASURED,
@@ -125,7 +125,7 @@ def render_text(report):
                    + report["errors"]["loops_error"])
     out.append(verdict_line(report))
     if report["verdict"] == "reproduced" and report["scenarios"][CASE]["eager_calls"] and not dynamo_lines(report):
-        out.append("hint: " + DYNAMO_HINT)
+        out.append("hint: " + DYNAMO_HINT % script_command(report))
     return home_hidden("\n".join(out))  # whatever torch quoted: the home folder as ~
 
 

@@ -66,9 +66,8 @@ FAMILIES = (("inductor", re.compile(r"^(?:triton_|(?:graph_\d+_)?cpp_fused_)")),
 # What the verdict makes of a name, in this order (the pictures draw them so).
 CLASSES = ("compiled", "eager", "matmul", "other")
 Kind = collections.namedtuple("Kind", "family cls kernel")
-DYNAMO_HINT = ("Dynamo's own reason for the skip: run the script itself (python3 "
-               "torch_compile_selective_activation_checkpoint.py); its report quotes Dynamo's "
-               "'skipping: f (reason: ...)'.")
+DYNAMO_HINT = ("Dynamo's own reason for the skip: run the script itself (%s); its report quotes Dynamo's "
+               "'skipping: f (reason: ...)'.")  # the command: command.script_command
 
 
 @functools.lru_cache(maxsize=None)
