@@ -124,6 +124,8 @@ def drift_lines(lines):
             or "**To run it:**" in l or re.match(r"\s+\d+ x \S", l)]
     # the environment is the machine's, but not what changed its torch in-process
     kept += ["changed: " + l.partition(" | changed: ")[2] for l in lines if l.startswith("environment:")]
+    # the hint's command is the machine's too: its interpreter and the bundle's folder
+    kept = [re.sub(r"^(hint: .* run the script itself \().*(\); its report)", r"\1COMMAND\2", l) for l in kept]
     return kept, table_shape(lines)
 
 
