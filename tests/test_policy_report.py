@@ -126,10 +126,10 @@ def test_the_bench_adds_the_cost_and_what_saving_the_region_whole_takes():
                                                 "applies to them. Run it on torch 2.10 or later."),
                                       # Dynamo raised (fullgraph=True, 2.12+), in a recording that kept no
                                       # events of the raising calls; the policy was asked about f's ops.
-                                      # The revert's path as the recording names it (the bundle's layout then)
+                                      # The revert named, not its path in a bundle the reader lacks
                                       (REVERTED, "ran no compiled code under SAC in 3 of 3 calls: that is "
                                                  "pytorch/pytorch#161889 itself, brought back here by the 2.10 fix "
-                                                 "reverted in-process (tools/revert_fix/sitecustomize.py). SAC then "
+                                                 "reverted in-process. SAC then "
                                                  "sees f's own ops, and the policy applies to them. Run it without "
                                                  "the in-process revert.")],
                          ids=["2.9.1", "2.13-fix-reverted"])

@@ -37,7 +37,7 @@ def policy_markdown(report, command, collect_env, bench):
             saw_f = "aten.mm.default" in asked_ops(report, CASE)
             why = "the compiled f %s: that is pytorch/pytorch#161889 itself%s%s" % (
                 under_sac(case, why=False),
-                ", brought back here by %s" % changes_said(reverted) if reverted else ", fixed in 2.10",
+                ", brought back here by %s" % changes_said(reverted, paths=False) if reverted else ", fixed in 2.10",
                 ". SAC then sees f's own ops, and the policy applies to them" if saw_f else "")
             advice = "Run it without the in-process revert" if reverted else "Run it on torch 2.10 or later"
         else:
@@ -47,7 +47,7 @@ def policy_markdown(report, command, collect_env, bench):
     if report["policy"].get("with_context_matmul_recomputed_in_backward") is False:
         changed = report.get("torch_changes")
         out += ["**This run does not show it**: %s%s. The measurements follow." % (
-            policy_actual(report), "; torch was changed in-process: %s" % changes_said(changed) if changed else ""), ""]
+            policy_actual(report), "; torch was changed in-process: %s" % changes_said(changed, paths=False) if changed else ""), ""]
         out += markdown_table(policy_rows(report), POLICY_HEADER)
         return "\n".join(out + [""] + versions_details(report["env"], collect_env))
     out += ["Since 2.10 a compiled function called inside SAC (`checkpoint(..., use_reentrant=False, "
