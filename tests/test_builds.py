@@ -573,6 +573,25 @@ def test_a_prune_lists_what_an_older_version_left_unmarked_with_a_command_that_r
     assert (cache / "downloads" / "2024" / "taxes.pdf").read_bytes() == b"mine"
 
 
+def test_a_prune_never_breaks_an_environment_that_a_users_uv_link_mode_would_symlink(tmp_path):
+    """UV_LINK_MODE=symlink, set by the user for their own uv: the environments' files would be
+    symlinks into the store, which a prune counts as linked by nothing (one link each) and empties,
+    and the kept environment's torch no longer imports (a wrong 125 at every later step). The
+    bundle's installs link as uv does by default, whatever UV_LINK_MODE says."""
+    index = make_index(tmp_path / "index", "flat")
+    cache = tmp_path / "cache"
+    symlink = {"UV_LINK_MODE": "symlink"}
+    assert bisect("nightly", "2025-09-07", "--index", str(index), cache=cache, env=symlink)[0] in (0, 1)
+    (venv,) = (cache / "venvs").glob("torch-2.10.0.dev20250907+cpu-*")
+    rc, out = bisect("cache", "--prune", "--keep", "1", cache=cache, env=symlink)
+    assert rc == 0 and "removed 0 environments" in out, out
+    # the stub torch imports only in the repro's child: its files, and its version as pip reads it
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m, importlib.util as u; "
+                           "print(m.version('torch'), open(u.find_spec('torch').origin).read(10))"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("2.10.0.dev20250907"), (out, proc.stderr[-1000:])
+
+
 def uv_exe():
     return os.path.join(os.path.dirname(sys.executable), "uv")
 

@@ -172,7 +172,10 @@ def install(build, final, cache, installer, needed, pre):
     try:
         pip = new_venv(make_own(partial))
         if kind == "uv":
-            cmd = [uv, "pip", "install", "--python", venv_python(partial), "--cache-dir", own_store(cache, "uv")]
+            # uv's own default, whatever the user's UV_LINK_MODE or uv.toml say: an environment of
+            # symlinks into the store would break when a prune empties what no hard link holds
+            cmd = [uv, "pip", "install", "--python", venv_python(partial), "--cache-dir", own_store(cache, "uv"),
+                   "--link-mode", "clone" if sys.platform == "darwin" else "hardlink"]
         else:
             cmd = pip + ["install", "--disable-pip-version-check", "--cache-dir", os.path.join(cache, "pip")]
         cmd += ["-q"] + install_args(build.index, pre) + [requirement(build)]
