@@ -193,6 +193,12 @@ def test_the_hint_runs_the_script_as_the_command_runs_the_bundle():
     assert hints == ["hint: Dynamo's own reason for the skip: run the script itself (PYTHONPATH='/opt/revert fix' "
                      "TORCH_LOGS=+dynamo %s %s); its report quotes Dynamo's 'skipping: f (reason: ...)'." % (
                          command.shell_path(sys.executable), command.shell_path(SCRIPT))], hints
+    # a capture judged alone: this machine's interpreter is not the one whose torch made it
+    report["env"] = {"device": "cuda"}
+    hints = [line for line in render.render_text(report).splitlines() if line.startswith("hint: ")]
+    assert hints == ["hint: Dynamo's own reason for the skip: run the script itself (python3 %s, under the torch "
+                     "that made the capture); its report quotes Dynamo's 'skipping: f (reason: ...)'." % (
+                         command.shell_path(SCRIPT))], hints
 
 
 def test_the_h200_runs_count_matmul_kernels_and_see_the_eager_kernels():

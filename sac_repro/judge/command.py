@@ -113,9 +113,12 @@ def rerun_prefix(report):
 
 
 def script_command(report):
-    """The standalone script run as rerun_command runs the bundle (verdict's DYNAMO_HINT names it)."""
-    return " ".join(rerun_prefix(report) + [shell_path(sys.executable),
-                                            shell_path(os.path.join(BUNDLE, SCRIPT_NAME))])
+    """The standalone script run as rerun_command runs the bundle (verdict's DYNAMO_HINT names it). A
+    capture judged alone names no torch: the script then runs under the torch that made it."""
+    script = shell_path(os.path.join(BUNDLE, SCRIPT_NAME))
+    if not report["env"].get("torch"):
+        return "python3 %s, under the torch that made the capture" % script
+    return " ".join(rerun_prefix(report) + [shell_path(sys.executable), script])
 
 
 def rerun_command(report, script_path, argv, capture_options=None, python=None):
