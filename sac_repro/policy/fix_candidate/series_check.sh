@@ -38,7 +38,10 @@ for entry in "$site_packages"/*; do
     [ "$(basename "$entry")" = torch ] || ln -s "$entry" "$site/$(basename "$entry")"
 done
 cp -al "$site_packages/torch" "$site/torch" 2>/dev/null || { rm -rf "$site/torch"; cp -rs "$site_packages/torch" "$site/torch"; } || exit 125
-for f in utils/checkpoint.py _inductor/output_code.py _dynamo/eval_frame.py; do
+# torch's files that the series changes, as its diffs name them (a new file has none to copy)
+changed=$(sed -n 's|^+++ b/torch/||p' sac_repro/upstream/000*.patch | sort -u)
+for f in $changed; do
+    [ -e "$site_packages/torch/$f" ] || continue
     cp --remove-destination "$site_packages/torch/$f" "$site/torch/$f" || exit 125
 done
 cp tests/data/pytorch-0069a418/test_activation_checkpointing.py "$site/test/dynamo/" || exit 125
@@ -50,10 +53,10 @@ done
 # a hunk placed by fuzz may break the file it lands in (2.11's output_code.py did): the copy must
 # compile and import, or the candidate stands in
 if [ "$applied" = series ] && ! PYTHONPATH="$site" "$python" -c "import py_compile, sys, torch
-for f in ('utils/checkpoint.py', 'utils/_sac_compiled_fn.py', '_inductor/output_code.py', '_dynamo/eval_frame.py'):
+for f in sys.argv[2:]:
     py_compile.compile(torch.__path__[0] + '/' + f, doraise=True)
 import torch._inductor.output_code, torch.utils._sac_compiled_fn
-assert torch.__file__.startswith(sys.argv[1])" "$site" >> "$out/patch.log" 2>&1; then
+assert torch.__file__.startswith(sys.argv[1])" "$site" $changed >> "$out/patch.log" 2>&1; then
     applied=candidate
 fi
 echo "series applied to a copy of $site_packages/torch: $applied ($(grep -cE 'offset|fuzz' "$out/patch.log") hunks with an offset or fuzz, $(grep -c FAILED "$out/patch.log") failed)" | tee -a "$steps"
