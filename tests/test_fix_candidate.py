@@ -763,14 +763,19 @@ def test_the_series_check_as_a_dry_run_on_the_cpu(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SAC_FIX_CANDIDATE")}
     # CI=true as GitHub Actions and most CI set it: PyTorch's run_tests reads it as PyTorch's own CI
     env.update(DEVICE="cpu", BENCH_ARGS="--small", STEP_S="400", BUDGET_S="1800", PYTHON=sys.executable,
-               CUDA_VISIBLE_DEVICES="", CI="true")
+               CUDA_VISIBLE_DEVICES="", CI="true", HOT_ARGS="--rounds 1 --repeat 5 --ops 50")
     proc = subprocess.run(["bash", SERIES_CHECK, str(tmp_path)], capture_output=True, text=True, env=env, timeout=1900)
     steps = (tmp_path / "steps.txt").read_text()
     summary = (tmp_path / "summary.txt").read_text()
     assert steps.splitlines()[0] == ("series applied to a copy of %s: series (0 hunks with an offset or fuzz, "
                                      "0 failed)" % torch_dir), steps + proc.stdout[-2000:]
-    for name in ("bench_on", "bench_off", "block"):
+    for name in ("bench_on", "bench_off", "block", "hot_path"):
         assert re.search(r"^%s rc=0 \(expected 0\) \d+s$" % name, steps, re.M), steps + proc.stdout[-2000:]
+    hot = [line.split() for line in summary.splitlines() if line.startswith("hot path: ")]
+    rows = {" ".join(h[2:5]): h[5:] for h in hot if len(h) == 10}
+    assert list(rows) == ["without the series", "series, switch off", "series, switch on"] and \
+        [r[0] for r in rows.values()] == ["no", "yes", "yes"], summary
+    assert all(float(r[1]) > 0 and float(r[3]) > 0 for r in rows.values()), summary
     assert installed() == before and before["utils/_sac_compiled_fn.py"] is None
     assert "what ran: the series applied to a copy of torch, its switch on / off" in summary, summary
     on = re.search(r"^switch on: sac\(compile\(block\)\) / compile\(sac\(block\)\) = [\d.]+x \(within 2%: (yes|no)\), "

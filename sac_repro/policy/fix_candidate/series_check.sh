@@ -4,7 +4,9 @@
 # made for 2.13, the GPU machine may have another torch; steps.txt keeps what patch(1) said), then
 # the bench with the series' switch on and off (step time, backward matmul kernels, peak memory of
 # sac(compile(block)) beside compile(sac(block))), and the regression block of the patched
-# PyTorch test file on CUDA. Where the series does not apply, the in-process candidate (the same
+# PyTorch test file on CUDA, then what the series costs where it changes nothing (hot_path.py: eager
+# SAC's step and a plain checkpoint's, on the CPU whatever DEVICE says, with and without the
+# series). Where the series does not apply, the in-process candidate (the same
 # module, sac_repro/policy/fix_candidate) stands in, and the summary says so. Every file it writes
 # is under OUT; the installed torch is never changed (the copy is hard links or symlinks, and
 # patch(1) writes new files).
@@ -15,7 +17,8 @@
 # FOLDER: an empty folder, or one a check wrote before (it marks it so); any other is refused.
 #
 # PYTHON (python3), BUDGET_S (540: a step that would not fit is skipped, and says so), STEP_S (each
-# step's limit). PyTorch's test module imports expecttest: where python has none, a wheel of it in
+# step's limit), HOT_ARGS (hot_path.py's options: --rounds, --repeat, --ops). PyTorch's test module
+# imports expecttest: where python has none, a wheel of it in
 # .whl/ (expecttest-*.whl) is put on PYTHONPATH.
 # Exit codes: 0 every step ran as expected (the summary says whether the numbers are the ones hoped
 # for), 125 a step could not run here or failed, or PYTHON's torch fails as it imports, 128 usage
@@ -65,6 +68,7 @@ sed -i 's/^from torch.testing._internal.triton_utils import requires_gpu_and_tri
     "$work/test/dynamo/test_activation_checkpointing.py"
 
 bench=(sac_repro/bench/bench_sac_compile.py --device "$device" $bench_args)
+hot_args=${HOT_ARGS:-}
 if [ "$applied" = series ]; then
     # the switch set as a user sets it, before the bench imports its arrangements
     launch="import runpy, sys, torch.utils.checkpoint as c; c._sac_policy_applies_to_compiled_fn = sys.argv[1] == 'on'; \
@@ -85,6 +89,9 @@ if [ "$applied" = series ] && { "$python" -c "import expecttest" 2>/dev/null || 
         "$python" "$work/test/dynamo/test_activation_checkpointing.py" -v -k SelectiveCheckpointOfCompiledFnTests
 else
     echo "block skipped: $([ "$applied" = series ] && echo "no expecttest (carry .whl/)" || echo "the series did not apply")" | tee -a "$steps"
+fi
+if [ "$applied" = series ]; then
+    step hot_path 120 0 -- "$python" sac_repro/upstream/hot_path.py --compare "$site" $hot_args
 fi
 
 "$python" - "$out" "$applied" > "$out/summary.txt" 2>&1 <<'EOF'
@@ -122,6 +129,10 @@ if os.path.exists(block):
         if re.match(r"(test_\w+) .*\.\.\. ?(ok|FAIL|ERROR|skipped|expected failure|unexpected success)", line) or \
                 re.match(r"Ran \d+ tests|(OK|FAILED)\b", line):
             print("block: " + line.rstrip())
+hot = os.path.join(out, "hot_path.log")
+if os.path.exists(hot):
+    for line in open(hot):
+        print("hot path: " + line.rstrip())
 sys.exit(0 if good else 3)
 EOF
 [ $? = 0 ] || failed=1

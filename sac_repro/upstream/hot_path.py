@@ -1,0 +1,97 @@
+"""What the series costs where it changes nothing: eager SAC's training step, where the policy is
+asked about every op (patch 0001 adds a check to each ask), and a plain checkpoint's step (patch
+0002 reads its switch on each checkpoint call), on a torch without the series and on a copy with
+it, its switch off and on. The eager function is a chain of small pointwise ops, so that per-op
+dispatch, not arithmetic, is what a step costs.
+
+    python3 sac_repro/upstream/hot_path.py --compare PATCHED_SITE   # PATCHED_SITE: series_check.sh's copy
+
+Each arrangement runs in a process of its own, in rounds that alternate them (a machine's drift
+falls on all three alike); the table gives each one's median step over all rounds, and the spread
+(the largest minus the smallest of its per-round medians, over the median).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def chain(x, ops):
+    for _ in range(ops):
+        x = x * 1.0001
+    return x
+
+
+def measure(switch, ops, repeat):
+    """One arrangement in this process: the median step of each kind, in ms."""
+    import torch
+    import torch.utils.checkpoint as c
+    series = hasattr(torch.utils, "_sac_compiled_fn") or os.path.exists(
+        os.path.join(os.path.dirname(c.__file__), "_sac_compiled_fn.py"))
+    if switch is not None:
+        c._sac_policy_applies_to_compiled_fn = switch == "on"
+    context_fn = lambda: c.create_selective_checkpoint_contexts(lambda ctx, op, *a, **k: c.CheckpointPolicy.PREFER_RECOMPUTE)  # noqa: E731
+    steps = {"eager SAC": dict(use_reentrant=False, context_fn=context_fn),
+             "plain checkpoint": dict(use_reentrant=False)}
+    x = torch.randn(64, requires_grad=True)
+    out = {"torch": torch.__version__, "series": series}
+    for name, kwargs in steps.items():
+        times = []
+        for i in range(repeat + 3):  # three to warm up
+            start = time.perf_counter()
+            c.checkpoint(chain, x, ops, **kwargs).sum().backward()
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times[3:]) * 1e3
+    return out
+
+
+def compare(site, ops, repeat, rounds):
+    arrangements = [("without the series", None, None), ("series, switch off", site, "off"),
+                    ("series, switch on", site, "on")]
+    runs = {name: [] for name, _, _ in arrangements}
+    for _ in range(rounds):
+        for name, path, switch in arrangements:
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            if path:
+                env["PYTHONPATH"] = path
+            cmd = [sys.executable, os.path.abspath(__file__), "--ops", str(ops), "--repeat", str(repeat)]
+            proc = subprocess.run(cmd + (["--switch", switch] if switch else []), env=env, capture_output=True,
+                                  text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+            if proc.returncode != 0:
+                sys.exit("hot_path.py: %s exited %d: %s" % (name, proc.returncode, proc.stderr.strip()[-500:]))
+            runs[name].append(json.loads(proc.stdout.splitlines()[-1]))
+    first = runs["without the series"][0]
+    print("torch %s, %d pointwise ops a step, median of %d steps a process, %d rounds" % (
+        first["torch"], ops, repeat, rounds))
+    print("%-20s %-7s %18s %8s %18s %8s" % ("arrangement", "series", "eager SAC step ms", "spread",
+                                           "checkpoint step ms", "spread"))
+    for name, measured in runs.items():
+        cells = []
+        for kind in ("eager SAC", "plain checkpoint"):
+            per_round = [m[kind] for m in measured]
+            median = statistics.median(per_round)
+            cells += ["%.3f" % median, "%.1f%%" % (100 * (max(per_round) - min(per_round)) / median)]
+        print("%-20s %-7s %18s %8s %18s %8s" % (name, "yes" if measured[0]["series"] else "no", *cells))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--compare", metavar="PATCHED_SITE", help="a folder whose torch/ has the series applied")
+    parser.add_argument("--switch", choices=("on", "off"), help="the series' switch, in this process")
+    parser.add_argument("--ops", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if args.compare:
+        if not os.path.isfile(os.path.join(args.compare, "torch", "utils", "_sac_compiled_fn.py")):
+            parser.error("%s holds no torch with the series applied (torch/utils/_sac_compiled_fn.py)" % args.compare)
+        compare(os.path.abspath(args.compare), args.ops, args.repeat, args.rounds)
+    else:
+        print(json.dumps(measure(args.switch, args.ops, args.repeat)))
+
+
+if __name__ == "__main__":
+    main()
