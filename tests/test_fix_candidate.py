@@ -702,6 +702,66 @@ def test_a_step_that_would_not_fit_the_budget_is_skipped_and_said(tmp_path, scri
     assert proc.returncode == 125, proc.stdout + proc.stderr
 
 
+def test_a_series_check_never_prints_an_earlier_runs_hot_path_as_its_own(tmp_path):
+    """hot_path.log was not among the files a run removes first, and the summary printed it
+    whenever it was there: a run whose hot-path step never ran (skipped, or the series did not
+    apply) printed an earlier run's table as its own."""
+    python, _ = python_without_torch(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".sac-repro-check").touch()
+    (out / "hot_path.log").write_text("series, switch on  yes  1.102  0.0%  1.0  0.0%\n")
+    run_check("series_check.sh", tmp_path, OUT=str(out), PYTHON=python, DEVICE="cpu", BUDGET_S="0")
+    assert "hot path" not in (out / "summary.txt").read_text() and not (out / "hot_path.log").exists()
+
+
+@pytest.mark.parametrize("script", CHECKS)
+def test_a_relative_python_is_read_from_the_callers_folder(tmp_path, script):
+    """PYTHON=venv/bin/python, given from the folder that holds venv/: the check went to the
+    bundle's folder first, then said that PYTHON "does not run" (128), as OUT is read from the
+    caller's folder."""
+    python, _ = python_without_torch(tmp_path)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    os.symlink(python, tmp_path / "venv" / "bin" / "python")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_check(script, tmp_path, OUT="out", PYTHON="venv/bin/python", DEVICE="cpu", BUDGET_S="0")
+    assert proc.returncode == 125 and "does not run" not in proc.stderr, proc.stderr
+    assert "skipped: " in (out / "steps.txt").read_text()
+
+
+@pytest.mark.parametrize("script", CHECKS)
+@pytest.mark.parametrize("init, rc, said", [
+    ("import sys\nsys.stdout.write('a line without its end')\n", 125, None),  # imports: the steps run
+    (None, 128, "PYTHON={python} has no torch: set PYTHON to the Python whose torch to check"),  # a folder, no module
+    ("import time\ntime.sleep(30)\n", 125, "PYTHON={python}: its torch did not import within 1 s: that build "
+                                          "cannot be checked"),
+    ("class E(Exception):\n    def __str__(self):\n        raise ValueError\nraise E\n", 125,
+     "PYTHON={python}: its torch raises as it imports (E): that build cannot be checked"),
+    ("raise KeyboardInterrupt\n", 125,
+     "PYTHON={python}: its torch raises as it imports (KeyboardInterrupt): that build cannot be checked"),
+], ids=["prints", "namespace folder", "hangs", "unprintable error", "interrupt"])
+def test_a_check_reads_what_pythons_torch_did_as_it_imported(tmp_path, script, init, rc, said):
+    """A torch that writes without a newline and imports was refused ('ends the process, exit 0');
+    a torch/ folder with no __init__.py passed as torch; one that hangs hung the check for ever; an
+    error whose text cannot be read was 'ends the process'. TORCH_IMPORT_S bounds the import."""
+    torch_dir = tmp_path / "site" / "torch"
+    torch_dir.mkdir(parents=True)
+    if init is not None:
+        (torch_dir / "__init__.py").write_text(init)
+    path = tmp_path / "python"
+    path.write_text('#!/bin/sh\nPYTHONPATH=%s exec %s -S "$@"\n' % (tmp_path / "site", sys.executable))
+    path.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_check(script, tmp_path, OUT=str(out), PYTHON=str(path), DEVICE="cpu", BUDGET_S="0", TORCH_IMPORT_S="1")
+    if said is None:
+        assert proc.returncode == rc and "skipped: " in (out / "steps.txt").read_text(), proc.stderr
+    else:
+        assert (proc.returncode, proc.stderr.splitlines()) == (rc, ["%s: %s" % (script, said.format(python=path))])
+        assert os.listdir(out) == []
+
+
 def test_the_series_check_exits_0_when_every_step_ran_and_the_numbers_are_not_the_ones_hoped_for(tmp_path):
     """Its exit codes are those of every step (0: each ran as expected, 125: one could not run or
     failed); the summary says whether the numbers are the ones hoped for. A switch-on ratio over 2%

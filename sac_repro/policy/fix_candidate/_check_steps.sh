@@ -2,7 +2,8 @@
 #   me                  the script's name, which begins each of its messages
 #   budget              ${BUDGET_S:-the script's own default}
 #   step_shows_command  where set, steps.txt gives each step's command after its outcome
-# It reads the options (OUT or the first argument, PYTHON, DEVICE, BENCH_ARGS, STEP_S; a wrong
+# It reads the options (OUT or the first argument, PYTHON, DEVICE, BENCH_ARGS, STEP_S,
+# TORCH_IMPORT_S: how long PYTHON's torch may take to import, 300 s; a wrong
 # one, BUDGET_S's too, exits 128 with one line; so do an OUT that holds what no check wrote and a
 # PYTHON without torch; a PYTHON whose torch fails as it imports exits 125 with one line),
 # goes to the bundle's folder, marks OUT as a check's (.sac-repro-check), makes the work
@@ -15,13 +16,15 @@ if [ -z "$out" ] || [ ! -d "$out" ] || [ ! -w "$out" ]; then
     exit 128
 fi
 out=$(cd "$out" && pwd) || exit 128
-cd "$(dirname "$0")/../../.." || exit 128  # the bundle's folder
 python=${PYTHON:-python3}
+# a path given from the caller's folder, as OUT is: every step runs from the bundle's
+case "$python" in */*) [ "${python#/}" = "$python" ] && python=$PWD/$python ;; esac
+cd "$(dirname "$0")/../../.." || exit 128  # the bundle's folder
 device=${DEVICE:-cuda}
 bench_args=${BENCH_ARGS:-}
 step_s=${STEP_S:-}
 case "$device" in cuda|cpu) ;; *) echo "$me: DEVICE=$device is not cuda or cpu" >&2; exit 128 ;; esac
-for v in "BUDGET_S=$budget" "STEP_S=${step_s:-0}"; do
+for v in "BUDGET_S=$budget" "STEP_S=${step_s:-0}" "TORCH_IMPORT_S=${TORCH_IMPORT_S:-300}"; do
     case "${v#*=}" in ''|*[!0-9]*) echo "$me: $v is not a whole number of seconds" >&2; exit 128 ;; esac
 done
 # in decimal: bash's arithmetic reads 08 as octal, and fails on it
@@ -53,17 +56,38 @@ if ! "$python" -c pass 2>/dev/null; then
     unmark
     exit 128
 fi
-# one line: the test's stand-in Pythons log each call's arguments a line each
-torch_said=$("$python" -c "import importlib.util as u, sys; sys.exit(print('no torch')) if u.find_spec('torch') is None \
-else None; sys.excepthook = lambda t, e, tb: print('raised: %s: %s' % (t.__name__, (str(e).splitlines() or [''])[0])); \
-import torch; print('imported')" 2>/dev/null)
+# the code on stdin: one argument for the test's stand-in Pythons, which log each call on a line;
+# each answer on a line of its own, after whatever torch printed as it imported
+torch_import_s=$((10#${TORCH_IMPORT_S:-300}))
+torch_said=$(timeout "$torch_import_s" "$python" - 2>/dev/null <<'EOF'
+import importlib.util, sys
+spec = importlib.util.find_spec("torch")
+if spec is None or spec.origin in (None, "namespace"):  # a torch/ folder with no module in it
+    print("\nno torch")
+    sys.exit()
+try:
+    import torch
+except BaseException as e:
+    try:
+        text = str(e).splitlines()[0] if str(e) else ""
+    except Exception:  # an error whose text raises: its class says enough
+        text = ""
+    print("\nraised: " + type(e).__name__ + (": " + text if text else ""))
+    sys.exit()
+print("\nimported")
+EOF
+)
 torch_rc=$?
-torch_said=${torch_said##*$'\n'}  # what torch itself printed as it imported comes before
+torch_said=${torch_said##*$'\n'}
 case "$torch_rc:$torch_said" in
     0:imported) ;;
     '0:no torch') echo "$me: PYTHON=$python has no torch: set PYTHON to the Python whose torch to check" >&2; unmark; exit 128 ;;
-    *) echo "$me: PYTHON=$python: its torch $(case "$torch_said" in "raised: "*) echo "raises as it imports (${torch_said#raised: })" ;;
-           *) echo "ends the process as it imports (exit $torch_rc)" ;; esac): that build cannot be checked" >&2
+    *) case "$torch_rc:$torch_said" in
+           "0:raised: "*) said="raises as it imports (${torch_said#raised: })" ;;
+           124:*) said="did not import within $torch_import_s s" ;;
+           *) said="ends the process as it imports (exit $torch_rc)" ;;
+       esac
+       echo "$me: PYTHON=$python: its torch $said: that build cannot be checked" >&2
        unmark
        exit 125 ;;
 esac

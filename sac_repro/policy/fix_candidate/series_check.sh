@@ -29,7 +29,7 @@ budget=${BUDGET_S:-540}
 . "$(dirname "$0")/_check_steps.sh" || exit 128  # OUT and the options, the work folder, steps.txt, step, machine.txt
 bundle=$PWD
 # an earlier run's files in OUT would be read as this run's
-rm -f "$out"/{bench_on,bench_off}.{json,log} "$out"/block.log "$out"/summary.txt "$out"/patch.log
+rm -f "$out"/{bench_on,bench_off}.{json,log} "$out"/{block,hot_path,patch}.log "$out"/summary.txt
 
 # The copy: site/ holds every entry of torch's site-packages as a symlink (CUDA's libraries are
 # found beside torch), torch/ itself as hard links, or symlinks where that fails, with the files
