@@ -249,9 +249,9 @@ def guarded(body, whose):
     except Interrupted as e:
         say_error("interrupted by %s: stopped what it had started, no verdict" % signal.Signals(e.signum).name)
         return EXIT_ABORT + e.signum
-    except KeyboardInterrupt:  # a delivered SIGINT arrives as Interrupted (raise_on_signals): code raised this
-        say_error("interrupted: KeyboardInterrupt was raised, not sent as a signal: stopped what it had started, "
-                  "no verdict")
+    except KeyboardInterrupt:  # a SIGINT that our handler saw arrives as Interrupted (raise_on_signals)
+        say_error("interrupted: KeyboardInterrupt, which this bundle's signal handler did not see: stopped what it "
+                  "had started, no verdict")
         return EXIT_ABORT + signal.SIGINT
     except Exception as e:
         say_error("internal error (a bug in %s, not a verdict): %s" % (whose, one_line(e)))

@@ -762,6 +762,32 @@ def test_a_check_reads_what_pythons_torch_did_as_it_imported(tmp_path, script, i
         assert os.listdir(out) == []
 
 
+HOT_PATH = os.path.join(ROOT, "sac_repro", "upstream", "hot_path.py")
+
+
+@pytest.mark.parametrize("args, rc, said", [
+    (["--rounds", "0"], 128, "usage error: argument --rounds: must be 1 or more, got '0' (see --help)"),
+    (["--repeat", "0"], 128, "usage error: argument --repeat: must be 1 or more, got '0' (see --help)"),
+    (["--ops", "-3"], 128, "usage error: argument --ops: must be 1 or more, got '-3' (see --help)"),
+    (["--compare", "{tmp}"], 128, "usage error: {tmp} holds no torch with the series applied (no "
+                                  "torch/utils/_sac_compiled_fn.py): give series_check.sh's copy"),
+    (["--compare", "{tmp}/site", "--rounds", "1", "--repeat", "1", "--ops", "1"], 125,
+     "cannot_test: series, switch off: its process exited 125: cannot_test: the torch under test raised: "
+     "RuntimeError: a broken build"),
+], ids=["rounds", "repeat", "ops", "no series", "a failed process"])
+def test_the_hot_path_measurement_exits_by_the_contract(tmp_path, args, rc, said):
+    """Its errors were exit 1 ('reproduced' to git bisect run) or argparse's 2, and --ops -3
+    measured '-3 pointwise ops a step'. The failed process: a patched copy whose torch raises."""
+    (tmp_path / "site" / "torch" / "utils").mkdir(parents=True)
+    (tmp_path / "site" / "torch" / "utils" / "_sac_compiled_fn.py").touch()
+    (tmp_path / "site" / "torch" / "__init__.py").write_text("raise RuntimeError('a broken build')\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, HOT_PATH] + [a.format(tmp=tmp_path) for a in args], capture_output=True,
+                          text=True, env=env, timeout=60)
+    (line,) = proc.stderr.splitlines()[-1:]
+    assert proc.returncode == rc and line.startswith(said.format(tmp=tmp_path)), proc.stderr
+
+
 def test_the_series_check_exits_0_when_every_step_ran_and_the_numbers_are_not_the_ones_hoped_for(tmp_path):
     """Its exit codes are those of every step (0: each ran as expected, 125: one could not run or
     failed); the summary says whether the numbers are the ones hoped for. A switch-on ratio over 2%

@@ -212,15 +212,16 @@ def pgid_of(pid):
 
 @pytest.mark.unit
 @pytest.mark.parametrize("how, said", [
-    ("raise KeyboardInterrupt", "interrupted: KeyboardInterrupt was raised, not sent as a signal: stopped what it had "
-                                "started, no verdict"),
+    ("raise KeyboardInterrupt", "interrupted: KeyboardInterrupt, which this bundle's signal handler did not see: "
+                                "stopped what it had started, no verdict"),
     ("os.kill(os.getpid(), signal.SIGINT); time.sleep(30)", "interrupted by SIGINT: stopped what it had started, "
                                                             "no verdict"),
 ], ids=["raised", "sent"])
 def test_an_interrupt_is_named_as_it_came(how, said):
     """A KeyboardInterrupt raised by code (a torch build's import, a user's sitecustomize), with no
     signal sent, was reported as "interrupted by SIGINT". A signal sent arrives as the handler's
-    Interrupted and is named by its signal; both exit 130."""
+    Interrupted and is named by its signal; the other is not said to be a signal or not (code that
+    put back Python's own SIGINT handler turns a signal into one); both exit 130."""
     code = ("import os, signal, sys, time\nfrom sac_repro import exits\n"
             "def body():\n    %s\nsys.exit(exits.guarded(body, 'this bundle'))\n" % how)
     proc = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(JUDGED), capture_output=True,

@@ -6,17 +6,23 @@ dispatch, not arithmetic, is what a step costs.
 
     python3 sac_repro/upstream/hot_path.py --compare PATCHED_SITE   # PATCHED_SITE: series_check.sh's copy
 
-Each arrangement runs in a process of its own, in rounds that alternate them (a machine's drift
-falls on all three alike); the table gives each one's median step over all rounds, and the spread
-(the largest minus the smallest of its per-round medians, over the median).
+Each arrangement runs in a process of its own, once a round, each round in another order (a
+machine's drift falls on all three, not on the last one alone); the table gives, for each, the
+median of its rounds' median steps, and with two rounds or more the spread: the largest minus the
+smallest of those, over their median. Exit codes: 0 measured, 125 a process of the torch under
+test failed, 128 usage error.
 """
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+# the folder that holds sac_repro/, wherever this is called from
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))
+from sac_repro import exits  # noqa: E402
+from sac_repro.judge.cli import Parser, whole_number  # noqa: E402
 
 
 def chain(x, ops):
@@ -52,8 +58,8 @@ def compare(site, ops, repeat, rounds):
     arrangements = [("without the series", None, None), ("series, switch off", site, "off"),
                     ("series, switch on", site, "on")]
     runs = {name: [] for name, _, _ in arrangements}
-    for _ in range(rounds):
-        for name, path, switch in arrangements:
+    for r in range(rounds):
+        for name, path, switch in arrangements[r % 3:] + arrangements[:r % 3]:
             env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             if path:
                 env["PYTHONPATH"] = path
@@ -61,11 +67,12 @@ def compare(site, ops, repeat, rounds):
             proc = subprocess.run(cmd + (["--switch", switch] if switch else []), env=env, capture_output=True,
                                   text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
             if proc.returncode != 0:
-                sys.exit("hot_path.py: %s exited %d: %s" % (name, proc.returncode, proc.stderr.strip()[-500:]))
+                raise exits.CannotTest("%s: its process exited %d: %s" % (name, proc.returncode,
+                                                                        " ".join(proc.stderr.split())[-500:]))
             runs[name].append(json.loads(proc.stdout.splitlines()[-1]))
     first = runs["without the series"][0]
-    print("torch %s, %d pointwise ops a step, median of %d steps a process, %d rounds" % (
-        first["torch"], ops, repeat, rounds))
+    print("torch %s, %d pointwise ops a step, median of %d steps a process, %d round%s" % (
+        first["torch"], ops, repeat, rounds, "" if rounds == 1 else "s"))
     print("%-20s %-7s %18s %8s %18s %8s" % ("arrangement", "series", "eager SAC step ms", "spread",
                                            "checkpoint step ms", "spread"))
     for name, measured in runs.items():
@@ -73,25 +80,33 @@ def compare(site, ops, repeat, rounds):
         for kind in ("eager SAC", "plain checkpoint"):
             per_round = [m[kind] for m in measured]
             median = statistics.median(per_round)
-            cells += ["%.3f" % median, "%.1f%%" % (100 * (max(per_round) - min(per_round)) / median)]
+            cells += ["%.3f" % median, "%.1f%%" % (100 * (max(per_round) - min(per_round)) / median)
+                      if rounds > 1 else "-"]
         print("%-20s %-7s %18s %8s %18s %8s" % (name, "yes" if measured[0]["series"] else "no", *cells))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run(argv):
+    parser = Parser(prog="hot_path.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--compare", metavar="PATCHED_SITE", help="a folder whose torch/ has the series applied")
     parser.add_argument("--switch", choices=("on", "off"), help="the series' switch, in this process")
-    parser.add_argument("--ops", type=int, default=200)
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--ops", type=whole_number(1), default=200)
+    parser.add_argument("--repeat", type=whole_number(1), default=30)
+    parser.add_argument("--rounds", type=whole_number(1), default=5)
+    args = parser.parse_args(argv)
     if args.compare:
         if not os.path.isfile(os.path.join(args.compare, "torch", "utils", "_sac_compiled_fn.py")):
-            parser.error("%s holds no torch with the series applied (torch/utils/_sac_compiled_fn.py)" % args.compare)
+            raise exits.UsageError("%s holds no torch with the series applied (no torch/utils/_sac_compiled_fn.py): "
+                                   "give series_check.sh's copy" % args.compare)
         compare(os.path.abspath(args.compare), args.ops, args.repeat, args.rounds)
     else:
-        print(json.dumps(measure(args.switch, args.ops, args.repeat)))
+        try:
+            print(json.dumps(measure(args.switch, args.ops, args.repeat)))
+        except Exception as e:
+            if exits.raised_by_this_bundle(e):
+                raise
+            raise exits.CannotTest("the torch under test raised: %s" % exits.one_line(e))
+    return exits.EXIT_OK
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exits.guarded(lambda: run(sys.argv[1:]), "hot_path.py"))
