@@ -197,7 +197,8 @@ def test_the_hint_runs_the_script_as_the_command_runs_the_bundle():
     report["env"] = {"device": "cuda"}
     hints = [line for line in render.render_text(report).splitlines() if line.startswith("hint: ")]
     assert hints == ["hint: Dynamo's own reason for the skip: run the script itself (python3 %s, under the torch "
-                     "that made the capture); its report quotes Dynamo's 'skipping: f (reason: ...)'." % (
+                     "that made the capture, with any in-process change it had); its report quotes Dynamo's "
+                     "'skipping: f (reason: ...)'." % (
                          command.shell_path(SCRIPT))], hints
 
 

@@ -114,10 +114,11 @@ def rerun_prefix(report):
 
 def script_command(report):
     """The standalone script run as rerun_command runs the bundle (verdict's DYNAMO_HINT names it). A
-    capture judged alone names no torch: the script then runs under the torch that made it."""
+    capture judged alone names no torch, nor a change of it: the script then runs under those that
+    made the capture."""
     script = shell_path(os.path.join(BUNDLE, SCRIPT_NAME))
     if not report["env"].get("torch"):
-        return "python3 %s, under the torch that made the capture" % script
+        return "python3 %s, under the torch that made the capture, with any in-process change it had" % script
     return " ".join(rerun_prefix(report) + [shell_path(sys.executable), script])
 
 
