@@ -559,7 +559,9 @@ def calls(tmp_path):
     ({"OUT": "{out}", "DEVICE": "gpu"}, "DEVICE=gpu is not cuda or cpu"),
     ({"OUT": "{out}", "BUDGET_S": "abc"}, "BUDGET_S=abc is not a whole number of seconds"),
     ({"OUT": "{out}", "STEP_S": "1.5"}, "STEP_S=1.5 is not a whole number of seconds"),
-], ids=["no OUT", "OUT missing", "DEVICE", "BUDGET_S", "STEP_S"])
+    # timeout 0 is no limit at all
+    ({"OUT": "{out}", "TORCH_IMPORT_S": "0"}, "TORCH_IMPORT_S=0 is not a whole number of seconds of 1 or more"),
+], ids=["no OUT", "OUT missing", "DEVICE", "BUDGET_S", "STEP_S", "TORCH_IMPORT_S"])
 def test_a_check_given_a_wrong_option_says_so_in_one_line_naming_itself_and_exits_128(tmp_path, script, env, said):
     out = tmp_path / "out"
     out.mkdir()
@@ -664,6 +666,7 @@ def test_a_check_runs_each_step_from_the_bundles_folder_with_the_caches_in_its_w
     ], "series_check.sh": [
         re.escape("series applied to a copy of %s/torch: candidate (" % site) + r"\d+ hunks with an offset or fuzz, \d+ failed\)",
         "bench_on" + ran % 0, "bench_off" + ran % 0, "block skipped: the series did not apply",
+        "hot_path skipped: the series did not apply",
     ]}[script] + [r"total \d+s"]
     steps = (out / "steps.txt").read_text().splitlines()
     assert len(steps) == len(wanted) and all(re.fullmatch(w, s) for w, s in zip(wanted, steps)), steps
@@ -740,7 +743,10 @@ def test_a_relative_python_is_read_from_the_callers_folder(tmp_path, script):
      "PYTHON={python}: its torch raises as it imports (E): that build cannot be checked"),
     ("raise KeyboardInterrupt\n", 125,
      "PYTHON={python}: its torch raises as it imports (KeyboardInterrupt): that build cannot be checked"),
-], ids=["prints", "namespace folder", "hangs", "unprintable error", "interrupt"])
+    ("import atexit\natexit.register(print, 'bye')\n", 125, None),  # prints as the process ends: it imported
+    ("import os\nos._exit(124)\n", 125, "PYTHON={python}: its torch ends the process as it imports (exit 124): "
+                                       "that build cannot be checked"),
+], ids=["prints", "namespace folder", "hangs", "unprintable error", "interrupt", "prints at exit", "exits 124"])
 def test_a_check_reads_what_pythons_torch_did_as_it_imported(tmp_path, script, init, rc, said):
     """A torch that writes without a newline and imports was refused ('ends the process, exit 0');
     a torch/ folder with no __init__.py passed as torch; one that hangs hung the check for ever; an
@@ -762,6 +768,20 @@ def test_a_check_reads_what_pythons_torch_did_as_it_imported(tmp_path, script, i
         assert os.listdir(out) == []
 
 
+@pytest.mark.parametrize("hot_args", ["--rounds 0", "--help", "--compare /tmp", "--rounds"])
+def test_series_check_refuses_wrong_hot_args_before_any_step(tmp_path, hot_args):
+    """HOT_ARGS was read only by its step, the last: '--rounds 0' gave 125 after every other step had
+    run (minutes on a GPU), and '--help' passed as a measurement, its help text in the summary."""
+    python, _ = python_without_torch(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_check("series_check.sh", tmp_path, OUT=str(out), PYTHON=python, DEVICE="cpu", HOT_ARGS=hot_args)
+    assert (proc.returncode, proc.stderr.splitlines(), proc.stdout) == (128, [
+        "series_check.sh: HOT_ARGS='%s': give --rounds, --repeat or --ops, each with a whole number of 1 or more"
+        % hot_args], ""), proc.stderr
+    assert os.listdir(out) == [] and not (tmp_path / "calls.txt").exists()
+
+
 HOT_PATH = os.path.join(ROOT, "sac_repro", "upstream", "hot_path.py")
 
 
@@ -769,18 +789,27 @@ HOT_PATH = os.path.join(ROOT, "sac_repro", "upstream", "hot_path.py")
     (["--rounds", "0"], 128, "usage error: argument --rounds: must be 1 or more, got '0' (see --help)"),
     (["--repeat", "0"], 128, "usage error: argument --repeat: must be 1 or more, got '0' (see --help)"),
     (["--ops", "-3"], 128, "usage error: argument --ops: must be 1 or more, got '-3' (see --help)"),
-    (["--compare", "{tmp}"], 128, "usage error: {tmp} holds no torch with the series applied (no "
+    (["--compare", "{tmp}"], 128, "usage error: '{tmp}' holds no torch with the series applied (no "
                                   "torch/utils/_sac_compiled_fn.py): give series_check.sh's copy"),
     (["--compare", "{tmp}/site", "--rounds", "1", "--repeat", "1", "--ops", "1"], 125,
      "cannot_test: series, switch off: its process exited 125: cannot_test: the torch under test raised: "
      "RuntimeError: a broken build"),
-], ids=["rounds", "repeat", "ops", "no series", "a failed process"])
+    (["--compare", ""], 128, "usage error: '' holds no torch with the series applied"),
+    (["--compare", "{tmp}/site", "--switch", "on"], 128, "usage error: --switch is for one process: --compare "
+                                                          "runs the switch off and on"),
+    (["--rounds", "2"], 128, "usage error: --rounds is for --compare"),
+    (["--compare", "{tmp}/plain", "--rounds", "1", "--repeat", "1", "--ops", "1"], 128,
+     "usage error: {tmp}/plain: its torch is not one with the series applied ("),
+], ids=["rounds", "repeat", "ops", "no series", "a failed process", "empty", "switch", "rounds alone", "not patched"])
 def test_the_hot_path_measurement_exits_by_the_contract(tmp_path, args, rc, said):
     """Its errors were exit 1 ('reproduced' to git bisect run) or argparse's 2, and --ops -3
     measured '-3 pointwise ops a step'. The failed process: a patched copy whose torch raises."""
     (tmp_path / "site" / "torch" / "utils").mkdir(parents=True)
     (tmp_path / "site" / "torch" / "utils" / "_sac_compiled_fn.py").touch()
     (tmp_path / "site" / "torch" / "__init__.py").write_text("raise RuntimeError('a broken build')\n")
+    # a folder that names a series module, but whose torch is the installed one: its children import that
+    (tmp_path / "plain" / "torch" / "utils").mkdir(parents=True)
+    (tmp_path / "plain" / "torch" / "utils" / "_sac_compiled_fn.py").touch()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, HOT_PATH] + [a.format(tmp=tmp_path) for a in args], capture_output=True,
                           text=True, env=env, timeout=60)
@@ -861,7 +890,7 @@ def test_the_series_check_as_a_dry_run_on_the_cpu(tmp_path):
     rows = {" ".join(h[2:5]): h[5:] for h in hot if len(h) == 10}
     assert list(rows) == ["without the series", "series, switch off", "series, switch on"] and \
         [r[0] for r in rows.values()] == ["no", "yes", "yes"], summary
-    assert all(float(r[1]) > 0 and float(r[3]) > 0 for r in rows.values()), summary
+    assert all(float(r[1]) > 0 and float(r[3]) > 0 and r[2] == r[4] == "-" for r in rows.values()), summary  # 1 round
     assert installed() == before and before["utils/_sac_compiled_fn.py"] is None
     assert "what ran: the series applied to a copy of torch, its switch on / off" in summary, summary
     on = re.search(r"^switch on: sac\(compile\(block\)\) / compile\(sac\(block\)\) = [\d.]+x \(within 2%: (yes|no)\), "

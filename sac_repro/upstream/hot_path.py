@@ -6,8 +6,8 @@ dispatch, not arithmetic, is what a step costs.
 
     python3 sac_repro/upstream/hot_path.py --compare PATCHED_SITE   # PATCHED_SITE: series_check.sh's copy
 
-Each arrangement runs in a process of its own, once a round, each round in another order (a
-machine's drift falls on all three, not on the last one alone); the table gives, for each, the
+Each arrangement runs in a process of its own, once a round, the order rotating from round to
+round (a machine's drift falls on all three, not on the last one alone); the table gives, for each, the
 median of its rounds' median steps, and with two rounds or more the spread: the largest minus the
 smallest of those, over their median. Exit codes: 0 measured, 125 a process of the torch under
 test failed, 128 usage error.
@@ -23,6 +23,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))))
 from sac_repro import exits  # noqa: E402
 from sac_repro.judge.cli import Parser, whole_number  # noqa: E402
+
+
+ANSWER = "hot_path.py: "  # begins the line of a measuring process's answer
 
 
 def chain(x, ops):
@@ -43,7 +46,7 @@ def measure(switch, ops, repeat):
     steps = {"eager SAC": dict(use_reentrant=False, context_fn=context_fn),
              "plain checkpoint": dict(use_reentrant=False)}
     x = torch.randn(64, requires_grad=True)
-    out = {"torch": torch.__version__, "series": series}
+    out = {"torch": torch.__version__, "series": series, "file": torch.__file__}
     for name, kwargs in steps.items():
         times = []
         for i in range(repeat + 3):  # three to warm up
@@ -66,10 +69,18 @@ def compare(site, ops, repeat, rounds):
             cmd = [sys.executable, os.path.abspath(__file__), "--ops", str(ops), "--repeat", str(repeat)]
             proc = subprocess.run(cmd + (["--switch", switch] if switch else []), env=env, capture_output=True,
                                   text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
+            said = "%s: its process exited %d: %s" % (name, proc.returncode, " ".join(proc.stderr.split())[-500:])
+            if proc.returncode == exits.EXIT_ABORT:  # the measuring code's own error, not the torch's
+                raise RuntimeError(said)
             if proc.returncode != 0:
-                raise exits.CannotTest("%s: its process exited %d: %s" % (name, proc.returncode,
-                                                                        " ".join(proc.stderr.split())[-500:]))
-            runs[name].append(json.loads(proc.stdout.splitlines()[-1]))
+                raise exits.CannotTest(said)
+            # its answer's line, whatever the torch printed, even as the process ended
+            (answer,) = [line[len(ANSWER):] for line in proc.stdout.splitlines() if line.startswith(ANSWER)][-1:]
+            runs[name].append(json.loads(answer))
+            if runs[name][-1]["series"] != bool(path):
+                raise exits.UsageError("%s: its torch is %s (%s)" % (
+                    site, "not one with the series applied" if path else "the installed one, which has the series",
+                    runs[name][-1]["file"]))
     first = runs["without the series"][0]
     print("torch %s, %d pointwise ops a step, median of %d steps a process, %d round%s" % (
         first["torch"], ops, repeat, rounds, "" if rounds == 1 else "s"))
@@ -91,16 +102,20 @@ def run(argv):
     parser.add_argument("--switch", choices=("on", "off"), help="the series' switch, in this process")
     parser.add_argument("--ops", type=whole_number(1), default=200)
     parser.add_argument("--repeat", type=whole_number(1), default=30)
-    parser.add_argument("--rounds", type=whole_number(1), default=5)
+    parser.add_argument("--rounds", type=whole_number(1), help="with --compare: how many (5)")
     args = parser.parse_args(argv)
-    if args.compare:
+    if args.compare is not None and args.switch:
+        raise exits.UsageError("--switch is for one process: --compare runs the switch off and on")
+    if args.compare is None and args.rounds:
+        raise exits.UsageError("--rounds is for --compare")
+    if args.compare is not None:
         if not os.path.isfile(os.path.join(args.compare, "torch", "utils", "_sac_compiled_fn.py")):
-            raise exits.UsageError("%s holds no torch with the series applied (no torch/utils/_sac_compiled_fn.py): "
+            raise exits.UsageError("'%s' holds no torch with the series applied (no torch/utils/_sac_compiled_fn.py): "
                                    "give series_check.sh's copy" % args.compare)
-        compare(os.path.abspath(args.compare), args.ops, args.repeat, args.rounds)
+        compare(os.path.abspath(args.compare), args.ops, args.repeat, args.rounds or 5)
     else:
         try:
-            print(json.dumps(measure(args.switch, args.ops, args.repeat)))
+            print(ANSWER + json.dumps(measure(args.switch, args.ops, args.repeat)), flush=True)
         except Exception as e:
             if exits.raised_by_this_bundle(e):
                 raise

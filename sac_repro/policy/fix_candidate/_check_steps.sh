@@ -27,6 +27,10 @@ case "$device" in cuda|cpu) ;; *) echo "$me: DEVICE=$device is not cuda or cpu" 
 for v in "BUDGET_S=$budget" "STEP_S=${step_s:-0}" "TORCH_IMPORT_S=${TORCH_IMPORT_S:-300}"; do
     case "${v#*=}" in ''|*[!0-9]*) echo "$me: $v is not a whole number of seconds" >&2; exit 128 ;; esac
 done
+if [ $((10#${TORCH_IMPORT_S:-300})) -lt 1 ]; then  # timeout 0 is no limit at all
+    echo "$me: TORCH_IMPORT_S=$TORCH_IMPORT_S is not a whole number of seconds of 1 or more" >&2
+    exit 128
+fi
 # in decimal: bash's arithmetic reads 08 as octal, and fails on it
 budget=$((10#$budget)) step_s=${step_s:+$((10#$step_s))}
 # OUT is the user's folder: a check writes only into an empty one, or one a check marked before
@@ -57,13 +61,14 @@ if ! "$python" -c pass 2>/dev/null; then
     exit 128
 fi
 # the code on stdin: one argument for the test's stand-in Pythons, which log each call on a line;
-# each answer on a line of its own, after whatever torch printed as it imported
+# the answer on a line of its own that names this check, whatever torch prints, even as it exits
 torch_import_s=$((10#${TORCH_IMPORT_S:-300}))
-torch_said=$(timeout "$torch_import_s" "$python" - 2>/dev/null <<'EOF'
+t0=$(date +%s)
+torch_out=$(timeout "$torch_import_s" "$python" - 2>/dev/null <<'EOF'
 import importlib.util, sys
 spec = importlib.util.find_spec("torch")
 if spec is None or spec.origin in (None, "namespace"):  # a torch/ folder with no module in it
-    print("\nno torch")
+    print("\nsac-repro-check: no torch", flush=True)
     sys.exit()
 try:
     import torch
@@ -72,20 +77,22 @@ except BaseException as e:
         text = str(e).splitlines()[0] if str(e) else ""
     except Exception:  # an error whose text raises: its class says enough
         text = ""
-    print("\nraised: " + type(e).__name__ + (": " + text if text else ""))
+    print("\nsac-repro-check: raised: " + type(e).__name__ + (": " + text if text else ""), flush=True)
     sys.exit()
-print("\nimported")
+print("\nsac-repro-check: imported", flush=True)
 EOF
 )
 torch_rc=$?
-torch_said=${torch_said##*$'\n'}
+# a torch that exits 124 itself did not time out
+[ "$torch_rc" = 124 ] && [ $(( $(date +%s) - t0 )) -lt "$torch_import_s" ] && torch_rc=exit124
+torch_said=$(printf '%s\n' "$torch_out" | sed -n 's/^sac-repro-check: //p' | tail -1)
 case "$torch_rc:$torch_said" in
     0:imported) ;;
     '0:no torch') echo "$me: PYTHON=$python has no torch: set PYTHON to the Python whose torch to check" >&2; unmark; exit 128 ;;
     *) case "$torch_rc:$torch_said" in
            "0:raised: "*) said="raises as it imports (${torch_said#raised: })" ;;
            124:*) said="did not import within $torch_import_s s" ;;
-           *) said="ends the process as it imports (exit $torch_rc)" ;;
+           *) said="ends the process as it imports (exit ${torch_rc#exit})" ;;
        esac
        echo "$me: PYTHON=$python: its torch $said: that build cannot be checked" >&2
        unmark

@@ -14,7 +14,8 @@
 # with numpy, say, for a python that lacks it); a PYTHONPATH of the caller's is dropped (it could
 # bring the candidate into the run meant to be without it). Python is $PYTHON (python3);
 # BUDGET_S (570) caps the whole run: a step that would not fit is skipped, and says so. STEP_S
-# sets every step's own limit (170 s for a bench, 150 s for the upstream test on an H200).
+# sets every step's own limit (170 s for a bench, 150 s for the upstream test on an H200);
+# TORCH_IMPORT_S (300) how long $PYTHON's torch may take to import, checked before any step.
 #
 # Exit codes: 0 every step ran and exited as expected (the summary says whether the numbers are
 # the ones hoped for), 125 a step could not run here or failed, or PYTHON's torch fails as it

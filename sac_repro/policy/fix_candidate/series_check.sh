@@ -17,7 +17,8 @@
 # FOLDER: an empty folder, or one a check wrote before (it marks it so); any other is refused.
 #
 # PYTHON (python3), BUDGET_S (540: a step that would not fit is skipped, and says so), STEP_S (each
-# step's limit), HOT_ARGS (hot_path.py's options: --rounds, --repeat, --ops). PyTorch's test module
+# step's limit), TORCH_IMPORT_S (how long PYTHON's torch may take to import: 300), HOT_ARGS
+# (hot_path.py's --rounds, --repeat, --ops, each with a whole number). PyTorch's test module
 # imports expecttest: where python has none, a wheel of it in
 # .whl/ (expecttest-*.whl) is put on PYTHONPATH.
 # Exit codes: 0 every step ran as expected (the summary says whether the numbers are the ones hoped
@@ -26,6 +27,15 @@
 set -u
 me=series_check.sh
 budget=${BUDGET_S:-540}
+# hot_path.py's options, read before any step: its step comes last
+read -ra hot_words <<< "${HOT_ARGS:-}"
+for ((i = 0; i < ${#hot_words[@]}; i += 2)); do
+    case "${hot_words[i]}:${hot_words[i + 1]:-}" in
+        --rounds:*|--repeat:*|--ops:*) [[ "${hot_words[i + 1]:-}" =~ ^[1-9][0-9]*$ ]] && continue ;;
+    esac
+    echo "$me: HOT_ARGS='$HOT_ARGS': give --rounds, --repeat or --ops, each with a whole number of 1 or more" >&2
+    exit 128
+done
 . "$(dirname "$0")/_check_steps.sh" || exit 128  # OUT and the options, the work folder, steps.txt, step, machine.txt
 bundle=$PWD
 # an earlier run's files in OUT would be read as this run's
@@ -68,7 +78,6 @@ sed -i 's/^from torch.testing._internal.triton_utils import requires_gpu_and_tri
     "$work/test/dynamo/test_activation_checkpointing.py"
 
 bench=(sac_repro/bench/bench_sac_compile.py --device "$device" $bench_args)
-hot_args=${HOT_ARGS:-}
 if [ "$applied" = series ]; then
     # the switch set as a user sets it, before the bench imports its arrangements
     launch="import runpy, sys, torch.utils.checkpoint as c; c._sac_policy_applies_to_compiled_fn = sys.argv[1] == 'on'; \
@@ -91,7 +100,9 @@ else
     echo "block skipped: $([ "$applied" = series ] && echo "no expecttest (carry .whl/)" || echo "the series did not apply")" | tee -a "$steps"
 fi
 if [ "$applied" = series ]; then
-    step hot_path 120 0 -- "$python" sac_repro/upstream/hot_path.py --compare "$site" $hot_args
+    step hot_path 120 0 -- "$python" sac_repro/upstream/hot_path.py --compare "$site" ${hot_words[@]+"${hot_words[@]}"}
+else
+    echo "hot_path skipped: the series did not apply" | tee -a "$steps"
 fi
 
 "$python" - "$out" "$applied" > "$out/summary.txt" 2>&1 <<'EOF'
