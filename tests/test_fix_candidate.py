@@ -768,6 +768,14 @@ def test_a_check_reads_what_pythons_torch_did_as_it_imported(tmp_path, script, i
         assert os.listdir(out) == []
 
 
+def test_the_hot_path_measurement_into_a_closed_pipe_is_not_the_torchs_failure():
+    """Its answer written to a pipe already closed: a BrokenPipeError of its own print, which was
+    read as the torch's (125, 'the torch under test raised'); output not delivered is 128."""
+    proc = subprocess.run("%s %s --ops 1 --repeat 1 | head -c 0; exit ${PIPESTATUS[0]}" % (sys.executable, HOT_PATH),
+                          shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 and "torch under test" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("hot_args", ["--rounds 0", "--help", "--compare /tmp", "--rounds"])
 def test_series_check_refuses_wrong_hot_args_before_any_step(tmp_path, hot_args):
     """HOT_ARGS was read only by its step, the last: '--rounds 0' gave 125 after every other step had
