@@ -279,6 +279,8 @@ def raised_by_this_bundle(e):
     passed through torch's or triton's Python code is theirs; so is a RuntimeError (how torch's
     C++ reports failures). A plain Python error that never entered torch is a bug here."""
     import traceback
+    if isinstance(e, BrokenPipeError) and stdout_reader_gone():
+        return True  # our own lines' write: guarded says so, 128
     packages = [os.path.dirname(m.__file__) + os.sep for m in
                 (sys.modules.get("torch"), sys.modules.get("triton")) if m and getattr(m, "__file__", None)]
     for frame in traceback.extract_tb(e.__traceback__):
@@ -287,6 +289,17 @@ def raised_by_this_bundle(e):
     if isinstance(e, ImportError) and (e.name or "").split(".")[0] in ("torch", "triton"):
         return False  # a module that torch or triton lacks: a broken build, whoever imported it
     return isinstance(e, OUR_BUG_TYPES)
+
+
+def stdout_reader_gone():
+    """Whether standard output is a pipe whose reader has closed it (poll says POLLERR)."""
+    import select
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no stdout, or no descriptor
+        return False
 
 
 OUR_BUG_TYPES = (NameError, TypeError, KeyError, IndexError, AttributeError, ValueError,

@@ -228,3 +228,12 @@ def test_the_bench_builds_the_arrangements_of_the_one_table_and_the_recorded_tab
     assert list(bench.arrangements()) == list(verdict.ARRANGEMENTS)
     recorded = json.load(open(data("h200-torch2.11", "bench.json")))
     assert set(recorded["rows"]) <= set(verdict.ARRANGEMENTS) and recorded["baseline"] == verdict.B_WORKAROUND
+
+
+def test_the_bench_into_a_closed_pipe_is_not_the_torchs_failure():
+    """Its own lines written to a pipe whose reader is gone: the BrokenPipeError came out of the
+    measurement, and was read as the torch's (125, 'the torch under test raised'); output not
+    delivered is 128."""
+    proc = subprocess.run("%s %s --device cpu --small | head -c 0; exit ${PIPESTATUS[0]}" % (sys.executable, BENCH),
+                          shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 128 and "torch under test" not in proc.stderr, proc.stderr
