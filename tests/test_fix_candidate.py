@@ -13,8 +13,10 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -823,6 +825,49 @@ def test_the_hot_path_measurement_exits_by_the_contract(tmp_path, args, rc, said
                           text=True, env=env, timeout=60)
     (line,) = proc.stderr.splitlines()[-1:]
     assert proc.returncode == rc and line.startswith(said.format(tmp=tmp_path)), proc.stderr
+
+
+@pytest.mark.parametrize("script", CHECKS)
+def test_ctrl_c_during_a_step_stops_the_check_and_the_step(tmp_path, script):
+    """Ctrl-C reaches the terminal's foreground process group: the script, not its step, which
+    timeout(1) runs in a group of its own. The step ran on to its end, and the check went on to the
+    next (minutes each on a GPU). Now the step is ended, the work folder removed, and the check
+    exits 130 with one line."""
+    python, site = python_without_torch(tmp_path)
+    (tmp_path / "step.py").write_text("import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\n"
+                                      "time.sleep(60)\n")
+    stand_in = tmp_path / "python"
+    stand_in.write_text(stand_in.read_text().replace(
+        "PYTHONPATH=", 'case "$*" in *bench_sac_compile.py*) exec %s %s %s ;; esac\nPYTHONPATH=' % (
+            sys.executable, tmp_path / "step.py", tmp_path / "step.pid"), 1))
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen(["bash", os.path.join(CANDIDATE, script)], cwd=str(tmp_path), start_new_session=True,
+                            env=dict(PATH=os.environ["PATH"], HOME=str(tmp_path), OUT=str(out), PYTHON=python,
+                                     DEVICE="cpu"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not ((tmp_path / "step.pid").exists() and (tmp_path / "step.pid").read_text()):
+            assert time.time() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        step = int((tmp_path / "step.pid").read_text())
+        os.killpg(proc.pid, signal.SIGINT)  # as the terminal sends it: to the group it started
+        started = time.time()
+        _, err = proc.communicate(timeout=30)
+    finally:  # a check that runs on is not left behind by a failed test
+        for pid_file in (tmp_path / "step.pid",):
+            if pid_file.exists() and pid_file.read_text():
+                try:
+                    os.killpg(os.getpgid(int(pid_file.read_text())), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and time.time() - started < 10, err
+    assert err.splitlines()[-1] == "%s: interrupted by SIGINT: stopped the step it had started, no summary" % script
+    with pytest.raises(ProcessLookupError):
+        os.kill(step, 0)
+    assert not list(out.glob(".work.*")), os.listdir(out)
 
 
 def test_the_series_check_exits_0_when_every_step_ran_and_the_numbers_are_not_the_ones_hoped_for(tmp_path):

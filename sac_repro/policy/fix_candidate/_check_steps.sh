@@ -45,6 +45,18 @@ start=$(date +%s)
 # Inductor's and Triton's caches too: nothing outside OUT, and nothing of them comes back
 work=$(mktemp -d "$out/.work.XXXXXX") || exit 128
 trap 'rm -rf "$work"' EXIT
+# Ctrl-C reaches this script, not a step: timeout(1) runs each in a process group of its own, and
+# would let it run on to its end. A signal ends the step (timeout passes SIGTERM on) and the check.
+step_pid=
+on_signal() {
+    trap '' INT TERM HUP
+    [ -n "$step_pid" ] && kill -TERM "$step_pid" 2>/dev/null && wait "$step_pid"
+    echo "$me: interrupted by SIG$1: stopped the step it had started, no summary" >&2
+    exit $((128 + $2))
+}
+trap 'on_signal INT 2' INT
+trap 'on_signal TERM 15' TERM
+trap 'on_signal HUP 1' HUP
 export TORCHINDUCTOR_CACHE_DIR=$work/inductor TRITON_CACHE_DIR=$work/triton
 # each step names its own PYTHONPATH and mode: a caller's could bring the candidate, or another
 # torch, into a step meant to have neither
@@ -64,7 +76,7 @@ fi
 # the answer on a line of its own that names this check, whatever torch prints, even as it exits
 torch_import_s=$((10#${TORCH_IMPORT_S:-300}))
 t0=$(date +%s)
-torch_out=$(timeout "$torch_import_s" "$python" - 2>/dev/null <<'EOF'
+torch_out=$(timeout --foreground "$torch_import_s" "$python" - 2>/dev/null <<'EOF'
 import importlib.util, sys
 spec = importlib.util.find_spec("torch")
 if spec is None or spec.origin in (None, "namespace"):  # a torch/ folder with no module in it
@@ -129,8 +141,11 @@ step() {
         return
     fi
     local t0=$(date +%s)
-    env ${envs[@]+"${envs[@]}"} timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    env ${envs[@]+"${envs[@]}"} timeout "$limit" "$@" > "$out/$name.log" 2>&1 &
+    step_pid=$!
+    wait "$step_pid"
     local rc=$?
+    step_pid=
     echo "$name rc=$rc (expected $expected) $(( $(date +%s) - t0 ))s${step_shows_command:+: $*}" | tee -a "$steps"
     [ "$rc" = "$expected" ] || failed=1
 }

@@ -19,7 +19,7 @@
 #
 # Exit codes: 0 every step ran and exited as expected (the summary says whether the numbers are
 # the ones hoped for), 125 a step could not run here or failed, or PYTHON's torch fails as it
-# imports, 128 usage error (PYTHON without torch too).
+# imports, 128 usage error (PYTHON without torch too), 128+n interrupted by signal n (Ctrl-C: 130).
 set -u
 me=h200_check.sh
 budget=${BUDGET_S:-570}

@@ -23,7 +23,7 @@
 # .whl/ (expecttest-*.whl) is put on PYTHONPATH.
 # Exit codes: 0 every step ran as expected (the summary says whether the numbers are the ones hoped
 # for), 125 a step could not run here or failed, or PYTHON's torch fails as it imports, 128 usage
-# error (PYTHON without torch too).
+# error (PYTHON without torch too), 128+n interrupted by signal n (Ctrl-C: 130).
 set -u
 me=series_check.sh
 budget=${BUDGET_S:-540}
